@@ -1,0 +1,240 @@
+"""Definitions validate on construction; every error names the field and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+import timetile as tt
+from timetile.api.schema import check_join
+from timetile.core.timeutil import DAY_MS, HOUR_MS
+
+VIEWS = tt.EventSource("events.views", time_column="ts")
+
+
+def views_group_by(**overrides: object) -> tt.GroupBy:
+    arguments: dict[str, object] = {
+        "name": "user_views",
+        "source": VIEWS,
+        "keys": ["user_id"],
+        "aggregations": [tt.Aggregation("duration", "sum", windows=["1h", "7d"])],
+    }
+    arguments.update(overrides)
+    return tt.GroupBy(**arguments)  # type: ignore[arg-type]
+
+
+def raises(match: str):  # type: ignore[no-untyped-def]
+    return pytest.raises(tt.DefinitionError, match=match)
+
+
+class TestWindow:
+    def test_names_follow_the_contract(self) -> None:
+        assert tt.Window("7d").name == "7d"
+        assert tt.Window("90m").name == "90m"
+        assert tt.Window("7d", hop="1h").name == "7d_hop1h"
+        assert tt.Window("7d", hop="1h", kind="hopping").name == "7d_hopping1h"
+        assert tt.Window(DAY_MS).name == "1d"
+        assert tt.Window("24h").name == "1d"
+
+    def test_kinds_and_lengths(self) -> None:
+        window = tt.Window("7d", hop="1h")
+        assert (window.length_ms, window.hop_ms, window.kind) == (7 * DAY_MS, HOUR_MS, "sawtooth")
+
+    @pytest.mark.parametrize(
+        ("arguments", "field"),
+        [
+            (("7x",), "length"),
+            (("",), "length"),
+            (("0d",), "length"),
+            ((-5,), "length"),
+            ((1.5,), "length"),
+            (("1h", "2h"), "hop"),
+            (("1d", None, "hopping"), "hop"),
+            (("1d", "1h", "sliding"), "hop"),
+            (("1d", "1h", "tumbling"), "kind"),
+        ],
+    )
+    def test_bad_windows_name_the_field_and_the_fix(self, arguments: tuple, field: str) -> None:
+        with pytest.raises(tt.DefinitionError) as caught:
+            tt.Window(*arguments)
+        assert caught.value.problems[0].field == field
+        assert "Fix:" in str(caught.value)
+
+
+class TestAggregation:
+    def test_unknown_op_suggests_the_closest(self) -> None:
+        with raises(r"op: 'summ' is not an op\. Fix: use one of .*did you mean 'sum'"):
+            tt.Aggregation("duration", "summ")
+
+    def test_missing_k(self) -> None:
+        with raises(r"k: last_k needs k\. Fix: give k=5"):
+            tt.Aggregation("listing_id", "last_k", windows=["30d"])
+
+    def test_k_where_it_does_not_apply(self) -> None:
+        with raises(r"k: sum takes no k\. Fix: drop k; only first_k, last_k, top_k, bottom_k"):
+            tt.Aggregation("duration", "sum", k=3)
+
+    @pytest.mark.parametrize("k", [0, -1, True, 2.5])
+    def test_bad_k(self, k: object) -> None:
+        with raises(r"k: .* is not a positive int"):
+            tt.Aggregation("listing_id", "top_k", k=k)  # type: ignore[arg-type]
+
+    def test_percentiles(self) -> None:
+        with raises("percentiles: approx_percentile needs percentiles"):
+            tt.Aggregation("duration", "approx_percentile")
+        with raises(r"percentiles: .* are not ranks in \[0, 1\]"):
+            tt.Aggregation("duration", "approx_percentile", percentiles=[0.5, 1.5])
+        agg = tt.Aggregation("duration", "approx_percentile", percentiles=[0.5, 0.95])
+        assert agg.percentiles == (0.5, 0.95)
+
+    def test_bad_windows(self) -> None:
+        with raises(r"windows\.length: '7 days' is not a duration"):
+            tt.Aggregation("duration", "sum", windows=["7 days"])
+        with raises(r"windows: is a single window, not a list\. Fix: write windows=\['7d'\]"):
+            tt.Aggregation("duration", "sum", windows="7d")  # type: ignore[arg-type]
+        with raises("windows: repeats 1d"):
+            tt.Aggregation("duration", "sum", windows=["1d", "24h"])
+
+    def test_column_names(self) -> None:
+        agg = tt.Aggregation("duration", "sum", windows=["1h", tt.Window("7d", hop="1h")])
+        assert agg.column_names("user_views") == [
+            "user_views_duration_sum_1h",
+            "user_views_duration_sum_7d_hop1h",
+        ]
+        assert agg.column_names("user_views", prefix="guest")[0] == "guest_user_views_duration_sum_1h"
+        assert tt.Aggregation("duration", "max").column_names("v") == ["v_duration_max"]
+
+
+class TestGroupBy:
+    def test_frozen(self) -> None:
+        group_by = views_group_by()
+        with pytest.raises(AttributeError):
+            group_by.name = "other"  # type: ignore[misc]
+
+    @pytest.mark.parametrize(
+        ("overrides", "match"),
+        [
+            ({"name": "user views"}, "name: 'user views' is not a valid name"),
+            ({"keys": []}, "keys: .* names no key column"),
+            ({"keys": ["user_id", "user_id"]}, "keys: .* repeats a column"),
+            ({"aggregations": []}, "aggregations: is empty"),
+            ({"aggregations": None}, "aggregations: an event source needs aggregations"),
+            ({"aggregations": ["sum"]}, r"aggregations\[0\]: 'sum' is not an Aggregation"),
+            ({"source": "events.views"}, "source: 'events.views' is not a source"),
+            ({"accuracy": "snapshot"}, "accuracy: 'snapshot' is unknown"),
+        ],
+    )
+    def test_bad_group_bys(self, overrides: dict, match: str) -> None:
+        with raises(match):
+            views_group_by(**overrides)
+
+    def test_repeated_output_columns(self) -> None:
+        aggregation = tt.Aggregation("duration", "sum", windows=["1d"])
+        with raises("produce the column user_views_duration_sum_1d more than once"):
+            views_group_by(aggregations=[aggregation, aggregation])
+
+    def test_windows_need_a_time_column(self) -> None:
+        ratings = tt.EntitySource("ratings_snapshots", mutation_table="rating_mutations")
+        with raises(r"aggregations\[0\]\.windows: source ratings_snapshots has no time column"):
+            tt.GroupBy("ratings", ratings, ["listing_id"],
+                       [tt.Aggregation("rating", "avg", windows=["90d"])])
+        tt.GroupBy("ratings", ratings, ["listing_id"], [tt.Aggregation("rating", "avg")])
+
+
+class TestSources:
+    def test_select_and_where_normalize(self) -> None:
+        source = tt.EventSource("t", select={"amount": "price * 2", "ts": "ts"}, where="price > 0")
+        assert source.select == (("amount", "price * 2"), ("ts", "ts"))
+        assert source.where == ("price > 0",)
+        assert tt.EventSource("t", select=["a", "ts"]).select == (("a", "a"), ("ts", "ts"))
+
+    @pytest.mark.parametrize(
+        ("arguments", "match"),
+        [
+            ({"table": ""}, "table: is empty"),
+            ({"table": 42}, "table: int is not a table"),
+            ({"table": "t", "time_column": ""}, "time_column: is missing"),
+            ({"table": "t", "select": "a, b"}, "select: a single string is ambiguous"),
+            ({"table": "t", "select": []}, "select: selects no columns"),
+            ({"table": "t", "where": [""]}, "where: .* is not a filter"),
+        ],
+    )
+    def test_bad_sources(self, arguments: dict, match: str) -> None:
+        with raises(match):
+            tt.EventSource(**arguments)
+
+
+class TestJoin:
+    def test_prefix_and_key_mapping(self) -> None:
+        part = tt.JoinPart(views_group_by(), prefix="guest", key_mapping={"guest_id": "user_id"})
+        join = tt.Join("checkout_model", tt.EventSource("checkouts"), [part])
+        assert join.output_columns() == [
+            "guest_user_views_duration_sum_1h",
+            "guest_user_views_duration_sum_7d",
+        ]
+        assert join.join_parts[0].left_keys == ("guest_id",)
+
+    def test_same_group_by_twice_needs_a_prefix(self) -> None:
+        views = views_group_by()
+        with raises(r"parts\[1\]: produces 'user_views_duration_sum_1h', as parts\[0\] does\. "
+                    r"Fix: give one of them a prefix"):
+            tt.Join("m", tt.EventSource("checkouts"), [views, views])
+        tt.Join("m", tt.EventSource("checkouts"), [views, tt.JoinPart(views, prefix="host")])
+
+    def test_key_mapping_to_an_unknown_key(self) -> None:
+        with raises(r"key_mapping: maps to \['guest'\], which are not keys of user_views"):
+            tt.JoinPart(views_group_by(), key_mapping={"guest_id": "guest"})
+
+    def test_bad_parts(self) -> None:
+        with raises("parts: needs a non-empty list"):
+            tt.Join("m", tt.EventSource("checkouts"), [])
+        with raises(r"parts\[0\]: 'x' is not a GroupBy"):
+            tt.Join("m", tt.EventSource("checkouts"), ["x"])  # type: ignore[list-item]
+
+
+class TestSchemaChecks:
+    LEFT = {"user_id": "int", "ts": "int", "guest": "string"}
+    VIEWS = {"user_id": "int", "ts": "timestamp", "duration": "float", "listing": "string",
+             "tags": "array<string>"}
+
+    def check(self, join: tt.Join, left: dict | None = None, views: dict | None = None) -> None:
+        check_join(join, left or self.LEFT, {"user_views": views or self.VIEWS})
+
+    def join(self, *aggregations: tt.Aggregation, **part: object) -> tt.Join:
+        group_by = views_group_by(aggregations=list(aggregations))
+        return tt.Join("m", tt.EventSource("checkouts"), [tt.JoinPart(group_by, **part)])
+
+    def test_a_good_join_passes(self) -> None:
+        self.check(self.join(tt.Aggregation("duration", "sum"), tt.Aggregation("listing", "last_k", k=3)))
+
+    def test_unknown_column_lists_the_columns(self) -> None:
+        with raises(r"parts\[0\]\.aggregations\[0\]\.column: 'durration' is not a column of "
+                    r"events\.views\. Fix: use one of .*did you mean 'duration'"):
+            self.check(self.join(tt.Aggregation("durration", "sum")))
+
+    def test_numeric_op_on_a_string(self) -> None:
+        with raises(r"aggregations\[0\]\.op: avg needs a numeric column, and 'listing' is string"):
+            self.check(self.join(tt.Aggregation("listing", "avg")))
+
+    def test_unsupported_value_type(self) -> None:
+        with raises(r"'tags' is array<string>, which no op reads\. Fix: cast it"):
+            self.check(self.join(tt.Aggregation("tags", "count")))
+
+    def test_key_type_mismatch(self) -> None:
+        with raises(r"keys: key 'user_id' is int in user_views but 'guest' is string on the "
+                    r"left side.*Fix: cast one side"):
+            self.check(self.join(tt.Aggregation("duration", "sum"), key_mapping={"guest": "user_id"}))
+
+    def test_missing_left_key(self) -> None:
+        with raises(r"key_mapping: 'user_id' is not a column of the left side checkouts"):
+            self.check(self.join(tt.Aggregation("duration", "sum")), left={"ts": "int"})
+
+    def test_time_column_type(self) -> None:
+        with raises(r"left\.time_column: 'ts' is float, not a time"):
+            self.check(self.join(tt.Aggregation("duration", "sum")),
+                       left={"user_id": "int", "ts": "float"})
+
+    def test_all_problems_are_reported_at_once(self) -> None:
+        with pytest.raises(tt.DefinitionError) as caught:
+            self.check(self.join(tt.Aggregation("nope", "sum"), tt.Aggregation("listing", "sum")))
+        assert len(caught.value.problems) == 2
+        assert str(caught.value).startswith("2 problems in Join 'm':")

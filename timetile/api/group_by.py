@@ -1,0 +1,124 @@
+"""GroupBy: aggregations of one source by its keys (DESIGN §1)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from timetile.api.aggregation import Aggregation
+from timetile.api.errors import DefinitionError, Problem
+from timetile.api.sources import EntitySource, EventSource
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Accuracy(Enum):
+    """How fresh a feature is at query time (DESIGN §2).
+
+    ``TEMPORAL`` is exact to the query's millisecond. ``SNAPSHOT`` is the value as of the end
+    of the day before the query's day: cheaper, and needs no stream.
+    """
+
+    TEMPORAL = "temporal"
+    SNAPSHOT = "snapshot"
+
+
+def check_name(subject: str, name: object) -> None:
+    """Names become column prefixes and table names: they must be identifiers."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise DefinitionError.single(
+            subject, "name", f"{name!r} is not a valid name",
+            "use letters, digits and underscores, starting with a letter (e.g. 'user_views')",
+        )
+
+
+@dataclass(frozen=True)
+class GroupBy:
+    """Aggregations of one source, grouped by ``keys``.
+
+    Args:
+        name: explicit and unique within a Join; it prefixes every output column.
+        source: an :class:`EventSource` or an :class:`EntitySource`.
+        keys: the columns that identify an entity (``["user_id"]``).
+        aggregations: what to compute. Every aggregation, column and window of a GroupBy
+            is computed in one pass over the source.
+        accuracy: ``Accuracy.TEMPORAL`` (default) or ``Accuracy.SNAPSHOT``.
+
+    >>> views = EventSource("events.views")
+    >>> gb = GroupBy("user_views", views, ["user_id"], [Aggregation("duration", "sum", ["7d"])])
+    >>> gb.output_columns()
+    ['user_views_duration_sum_7d']
+    """
+
+    name: str
+    source: EventSource | EntitySource
+    keys: Sequence[str]
+    aggregations: Sequence[Aggregation] | None = None
+    accuracy: Accuracy = Accuracy.TEMPORAL
+
+    def __post_init__(self) -> None:
+        subject = f"GroupBy {self.name!r}"
+        check_name("GroupBy", self.name)
+        if not isinstance(self.source, (EventSource, EntitySource)):
+            raise DefinitionError.single(subject, "source", f"{self.source!r} is not a source",
+                                         "use tt.EventSource(...) or tt.EntitySource(...)")
+        keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
+        if not keys or not all(isinstance(key, str) and key for key in keys):
+            raise DefinitionError.single(subject, "keys", f"{self.keys!r} names no key column",
+                                         "give the key columns, e.g. keys=['user_id']")
+        if len(set(keys)) != len(keys):
+            raise DefinitionError.single(subject, "keys", f"{list(keys)} repeats a column",
+                                         "list each key once")
+        object.__setattr__(self, "keys", keys)
+        if not isinstance(self.accuracy, Accuracy):
+            raise DefinitionError.single(subject, "accuracy", f"{self.accuracy!r} is unknown",
+                                         "use tt.Accuracy.TEMPORAL or tt.Accuracy.SNAPSHOT")
+        aggregations = None if self.aggregations is None else tuple(self.aggregations)
+        object.__setattr__(self, "aggregations", aggregations)
+        problems = self._problems()
+        if problems:
+            raise DefinitionError(subject, problems)
+
+    def _problems(self) -> list[Problem]:
+        problems: list[Problem] = []
+        if self.aggregations is None:
+            if isinstance(self.source, EventSource):
+                problems.append(Problem("aggregations", "an event source needs aggregations",
+                                        "give aggregations=[tt.Aggregation(...)]"))
+            return problems
+        if not self.aggregations:
+            problems.append(Problem("aggregations", "is empty",
+                                    "give at least one tt.Aggregation, or None for a lookup"))
+        for index, aggregation in enumerate(self.aggregations):
+            if not isinstance(aggregation, Aggregation):
+                problems.append(Problem(f"aggregations[{index}]",
+                                        f"{aggregation!r} is not an Aggregation",
+                                        "use tt.Aggregation(column, op, windows=[...])"))
+            elif aggregation.windows is not None and self.time_column is None:
+                problems.append(Problem(
+                    f"aggregations[{index}].windows",
+                    f"source {self.source.label} has no time column, so windows cannot apply",
+                    "set time_column on the source, or drop windows for a lifetime aggregation",
+                ))
+        if problems:
+            return problems
+        names = self.output_columns()
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            problems.append(Problem(
+                "aggregations", f"produce the column {', '.join(repeated)} more than once",
+                "remove the repeated aggregation (same column, op and window)",
+            ))
+        return problems
+
+    @property
+    def time_column(self) -> str | None:
+        """The source's time column, if it has one."""
+        return self.source.time_column
+
+    def output_columns(self, prefix: str | None = None) -> list[str]:
+        """Every output column, in definition order."""
+        return [name for aggregation in self.aggregations or ()
+                for name in aggregation.column_names(self.name, prefix)]

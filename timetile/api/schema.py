@@ -1,0 +1,100 @@
+"""Checks of definitions against the schemas of their sources, before any job starts.
+
+Schemas are engine-free here: a mapping from column name to a coarse type name, one of
+``int float string bool timestamp date`` or the engine's own name for anything else. The
+offline layer reads them off Spark DataFrames (after ``select`` and ``where``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from timetile.api.errors import DefinitionError, Problem, one_of
+from timetile.api.group_by import GroupBy
+from timetile.api.join import Join
+from timetile.core.aggregators import OPS
+from timetile.core.types import ValueType
+
+Schema = Mapping[str, str]
+
+#: Column types a time column may have: epoch milliseconds, timestamps, ISO strings.
+TIME_TYPES = frozenset({"int", "timestamp", "string"})
+#: Column types an aggregation may read.
+VALUE_TYPES = frozenset(value.value for value in ValueType)
+
+
+def _missing(field: str, column: str, label: str, schema: Schema) -> Problem:
+    return Problem(field, f"{column!r} is not a column of {label}", one_of(column, schema))
+
+
+def time_problems(field: str, column: str | None, label: str, schema: Schema) -> list[Problem]:
+    """Problems with a time column: absent, or of a type that is not a time."""
+    if column is None:
+        return []
+    if column not in schema:
+        return [_missing(field, column, label, schema)]
+    if schema[column] not in TIME_TYPES:
+        return [Problem(field, f"{column!r} is {schema[column]}, not a time",
+                        "use epoch milliseconds (bigint), a timestamp or an ISO-8601 string")]
+    return []
+
+
+def group_by_problems(group_by: GroupBy, schema: Schema, field: str = "") -> list[Problem]:
+    """Problems of one GroupBy against its source's schema."""
+    label = group_by.source.label
+    problems = time_problems(f"{field}source.time_column", group_by.time_column, label, schema)
+    problems += [_missing(f"{field}keys", key, label, schema)
+                 for key in group_by.keys if key not in schema]
+    for index, aggregation in enumerate(group_by.aggregations or ()):
+        where = f"{field}aggregations[{index}]"
+        column_type = schema.get(aggregation.column)
+        if column_type is None:
+            problems.append(_missing(f"{where}.column", aggregation.column, label, schema))
+        elif column_type not in VALUE_TYPES:
+            problems.append(Problem(
+                f"{where}.column", f"{aggregation.column!r} is {column_type}, which no op reads",
+                f"cast it in the source's select, e.g. {{'{aggregation.column}': "
+                f"'CAST({aggregation.column} AS DOUBLE)'}}",
+            ))
+        elif OPS[aggregation.op].numeric_only and not ValueType(column_type).numeric:
+            numeric_ops = [op for op, spec in OPS.items() if not spec.numeric_only]
+            problems.append(Problem(
+                f"{where}.op", f"{aggregation.op} needs a numeric column, and "
+                f"{aggregation.column!r} is {column_type}",
+                f"aggregate a numeric column, or use one of {', '.join(numeric_ops)}",
+            ))
+    return problems
+
+
+def check_join(join: Join, left_schema: Schema, part_schemas: Mapping[str, Schema]) -> None:
+    """Raise :class:`DefinitionError` listing every problem of ``join`` against its schemas.
+
+    Args:
+        join: the definition.
+        left_schema: the schema of the left source.
+        part_schemas: the schema of each part's source, by GroupBy name.
+    """
+    left_label = join.left.label
+    problems = time_problems("left.time_column", join.left.time_column, left_label, left_schema)
+    for index, part in enumerate(join.join_parts):
+        field = f"parts[{index}]."
+        schema = part_schemas[part.group_by.name]
+        problems += group_by_problems(part.group_by, schema, field)
+        for key, left_column in zip(part.group_by.keys, part.left_keys, strict=True):
+            if left_column not in left_schema:
+                fix = (f"add {left_column!r} to the left side, or map another left column to "
+                       f"key {key!r} with key_mapping={{'<left column>': '{key}'}}")
+                problems.append(Problem(f"{field}key_mapping", f"{left_column!r} is not a "
+                                        f"column of the left side {left_label}", fix))
+            elif key in schema and schema[key] != left_schema[left_column]:
+                problems.append(Problem(
+                    f"{field}keys", f"key {key!r} is {schema[key]} in {part.group_by.name} but "
+                    f"{left_column!r} is {left_schema[left_column]} on the left side",
+                    "cast one side in its source's select so both keys have the same type",
+                ))
+        clashes = sorted(set(part.output_columns()) & set(left_schema))
+        if clashes:
+            problems.append(Problem(f"{field}prefix", f"outputs {clashes}, which the left side "
+                                    "already has", "give the part a prefix"))
+    if problems:
+        raise DefinitionError(f"Join {join.name!r}", problems)

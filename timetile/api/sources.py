@@ -1,0 +1,155 @@
+"""Sources: where a GroupBy's rows come from (DESIGN §1–2).
+
+A source reads a Spark table name, a Parquet path, or a Spark DataFrame. A string with a
+``/`` or a URI scheme (``s3://…``, ``file:…``) is a path; any other string is a table name.
+``select`` and ``where`` are Spark SQL expressions applied before anything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from timetile.api.errors import DefinitionError
+
+#: What ``select`` holds once normalized: (output name, Spark SQL expression) pairs.
+Projection = tuple[tuple[str, str], ...]
+
+
+def _normalize_select(
+    owner: str, select: Mapping[str, str] | Sequence[str] | None
+) -> Projection | None:
+    if select is None:
+        return None
+    if isinstance(select, str):
+        raise DefinitionError.single(
+            owner, "select", "a single string is ambiguous", "give a list of columns or a "
+            "mapping {output_name: spark_sql_expression}"
+        )
+    pairs = tuple(select.items()) if isinstance(select, Mapping) else tuple((c, c) for c in select)
+    if not pairs:
+        raise DefinitionError.single(owner, "select", "selects no columns",
+                                     "list the columns to keep, or leave select out")
+    for name, expression in pairs:
+        if not isinstance(name, str) or not isinstance(expression, str) or not name:
+            raise DefinitionError.single(
+                owner, "select", f"{name!r}: {expression!r} is not a column name and expression",
+                "use strings: {'amount': 'price * quantity'} or ['amount', 'ts']",
+            )
+    return pairs
+
+
+def _normalize_where(owner: str, where: str | Sequence[str] | None) -> tuple[str, ...]:
+    if where is None:
+        return ()
+    clauses = (where,) if isinstance(where, str) else tuple(where)
+    if not all(isinstance(clause, str) and clause.strip() for clause in clauses):
+        raise DefinitionError.single(owner, "where", f"{where!r} is not a filter",
+                                     "give Spark SQL boolean expressions as strings")
+    return clauses
+
+
+def _check_table(owner: str, name: str, table: Any) -> None:
+    if isinstance(table, str):
+        if not table.strip():
+            raise DefinitionError.single(owner, name, "is empty",
+                                         "give a table name, a Parquet path or a DataFrame")
+        return
+    if not (hasattr(table, "schema") and hasattr(table, "select")):
+        raise DefinitionError.single(
+            owner, name, f"{type(table).__name__} is not a table",
+            "give a table name, a Parquet path or a Spark DataFrame",
+        )
+
+
+def describe_table(table: Any) -> str:
+    """A short human name for a table reference, for messages and reports."""
+    return table if isinstance(table, str) else "a DataFrame"
+
+
+def is_path(table: str) -> bool:
+    """Whether a table string is a path (it holds a ``/`` or a URI scheme) or a table name.
+
+    >>> is_path("events.views"), is_path("data/views"), is_path("s3://bucket/views")
+    (False, True, True)
+    """
+    return "/" in table or "\\" in table or ":" in table
+
+
+@dataclass(frozen=True)
+class EventSource:
+    """An append-only log of events, each with a time (DESIGN §2).
+
+    Args:
+        table: a Spark table name, a Parquet path, or a Spark DataFrame.
+        time_column: the event time: int64 epoch milliseconds, a Spark timestamp, or an
+            ISO-8601 string. Rows whose time is null or unparseable are left out and counted.
+        select: columns to keep, as a list of names or ``{name: spark_sql_expression}``.
+        where: Spark SQL filters, ANDed.
+
+    >>> EventSource("events.views", time_column="ts", where="duration > 0").where
+    ('duration > 0',)
+    """
+
+    table: Any
+    time_column: str = "ts"
+    select: Projection | Mapping[str, str] | Sequence[str] | None = None
+    where: tuple[str, ...] | str | Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        _check_table("EventSource", "table", self.table)
+        if not isinstance(self.time_column, str) or not self.time_column:
+            raise DefinitionError.single("EventSource", "time_column", "is missing",
+                                         "name the column that holds each event's time")
+        object.__setattr__(self, "select", _normalize_select("EventSource", self.select))
+        object.__setattr__(self, "where", _normalize_where("EventSource", self.where))
+
+    @property
+    def label(self) -> str:
+        """The source as people name it in messages."""
+        return describe_table(self.table)
+
+
+@dataclass(frozen=True)
+class EntitySource:
+    """A mutable table: daily snapshots plus a log of mutations (DESIGN §2).
+
+    Partition ``ds`` of ``snapshot_table`` holds the table as of the end of that day.
+    ``mutation_table`` rows carry ``mutation_time_column`` and ``is_before_column``: the row
+    image before a change is a retraction, the one after it an insertion.
+
+    Args:
+        snapshot_table: table name, Parquet path or DataFrame of daily snapshots.
+        mutation_table: the mutations, or None when only snapshots exist (SNAPSHOT accuracy).
+        time_column: a time column of the rows, needed only for windowed aggregations.
+        mutation_time_column: when each mutation happened, in epoch milliseconds.
+        is_before_column: true for the row image before a change.
+        partition_column: the snapshot's day partition, ``YYYY-MM-DD``.
+        select: columns to keep.
+        where: Spark SQL filters, ANDed.
+    """
+
+    snapshot_table: Any
+    mutation_table: Any = None
+    time_column: str | None = None
+    mutation_time_column: str = "mutation_ts"
+    is_before_column: str = "is_before"
+    partition_column: str = "ds"
+    select: Projection | Mapping[str, str] | Sequence[str] | None = None
+    where: tuple[str, ...] | str | Sequence[str] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        _check_table("EntitySource", "snapshot_table", self.snapshot_table)
+        if self.mutation_table is not None:
+            _check_table("EntitySource", "mutation_table", self.mutation_table)
+        object.__setattr__(self, "select", _normalize_select("EntitySource", self.select))
+        object.__setattr__(self, "where", _normalize_where("EntitySource", self.where))
+
+    @property
+    def label(self) -> str:
+        """The source as people name it in messages."""
+        return describe_table(self.snapshot_table)
+
+
+Source = EventSource | EntitySource

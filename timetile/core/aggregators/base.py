@@ -1,0 +1,105 @@
+"""The aggregator contract: one algebra for every op (STYLE §1).
+
+An aggregator folds the non-null values of one column into an intermediate state (IR) and
+turns a state into a result::
+
+    state = agg.update(agg.init(), values, times)        # fold a batch, vectorized
+    both = agg.merge(state_a, state_b)                   # combine disjoint inputs
+    agg.finalize(both)                                   # the user-visible result
+    agg.from_bytes(agg.to_bytes(both)) == both           # states travel as bytes
+
+Laws every aggregator keeps (tested with hypothesis in ``tests/core``):
+
+- ``init()`` is the identity of ``merge``;
+- ``merge`` is associative and, up to the order rules of the op, commutative:
+  ``finalize(merge(fold(A), fold(B))) == finalize(fold(A + B))``;
+- where ``invertible`` is declared, ``retract(update(s, v), v)`` finalizes like ``s``;
+- ``from_bytes(to_bytes(s))`` finalizes like ``s``.
+
+No method mutates its arguments: states can be shared freely between tiles, trees and caches.
+
+Aggregators never see nulls: the windowing layer drops null values once, so ``values`` holds
+only real values (NaN is a real value). ``times`` holds the event times in epoch milliseconds,
+aligned with ``values``; ops that order by time (``first``, ``last_k``…) read it, others
+ignore it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from timetile.core.types import ResultType, ValueType
+
+StateT = TypeVar("StateT")
+
+Values = npt.NDArray[Any]
+Times = npt.NDArray[np.int64]
+
+
+class Aggregator(ABC, Generic[StateT]):
+    """Base class of every aggregation op. Capabilities are declared as class attributes.
+
+    Attributes:
+        op: the op's name as users write it, e.g. ``"last_k"``.
+        invertible: whether :meth:`retract` is supported (prefix differences, retractions).
+        numeric_only: whether the op accepts only ``INT`` and ``FLOAT`` columns.
+        approximate: whether the result is an estimate; ``error_bound`` then says how good.
+        error_bound: a sentence stating the op's error guarantee, for docs and tests.
+    """
+
+    op: ClassVar[str]
+    invertible: ClassVar[bool] = False
+    numeric_only: ClassVar[bool] = False
+    approximate: ClassVar[bool] = False
+    error_bound: ClassVar[str | None] = None
+
+    def __init__(self, input_type: ValueType) -> None:
+        if self.numeric_only and not input_type.numeric:
+            raise TypeError(f"{self.op} needs a numeric column, not {input_type.value}")
+        self.input_type = input_type
+
+    @abstractmethod
+    def result_type(self) -> ResultType:
+        """The type of :meth:`finalize`'s non-null results for this input type."""
+
+    @abstractmethod
+    def init(self) -> StateT:
+        """The state of an empty input: the identity of :meth:`merge`."""
+
+    @abstractmethod
+    def update(self, state: StateT, values: Values, times: Times) -> StateT:
+        """Fold a batch of non-null values (with their event times) into ``state``.
+
+        Vectorized over the batch; O(len(values)) unless the op's docstring says otherwise.
+        """
+
+    @abstractmethod
+    def merge(self, left: StateT, right: StateT) -> StateT:
+        """Combine the states of two disjoint inputs."""
+
+    def retract(self, state: StateT, values: Values, times: Times) -> StateT:
+        """Remove values that an earlier :meth:`update` folded in. Only if ``invertible``."""
+        raise TypeError(f"{self.op} is not invertible: it cannot retract values")
+
+    @abstractmethod
+    def finalize(self, state: StateT) -> Any:
+        """The result: a Python scalar, list or dict, or None where the contract says null."""
+
+    @abstractmethod
+    def to_bytes(self, state: StateT) -> bytes:
+        """Serialize a state. The first byte is a format version."""
+
+    @abstractmethod
+    def from_bytes(self, data: bytes) -> StateT:
+        """Inverse of :meth:`to_bytes`."""
+
+    def fold(self, values: Values, times: Times) -> StateT:
+        """``update(init(), values, times)``: the state of one batch."""
+        return self.update(self.init(), values, times)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.input_type.value})"

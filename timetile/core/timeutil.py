@@ -1,0 +1,94 @@
+"""Durations and epoch-millisecond arithmetic.
+
+Event time in timetile is int64 milliseconds since the Unix epoch, UTC (DESIGN §2).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta, timezone
+
+import numpy as np
+import numpy.typing as npt
+
+SECOND_MS = 1_000
+MINUTE_MS = 60 * SECOND_MS
+HOUR_MS = 60 * MINUTE_MS
+DAY_MS = 24 * HOUR_MS
+
+#: Duration units, largest first, so :func:`format_duration` picks the largest exact unit.
+UNIT_MS: dict[str, int] = {"d": DAY_MS, "h": HOUR_MS, "m": MINUTE_MS, "s": SECOND_MS}
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_duration(text: str) -> int:
+    """Parse ``"<n><unit>"`` (unit one of ``s m h d``) into milliseconds.
+
+    >>> parse_duration("90m")
+    5400000
+    >>> parse_duration("7d") == 7 * DAY_MS
+    True
+
+    Raises:
+        ValueError: when ``text`` is not of that form or is zero.
+    """
+    match = _DURATION.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a duration: write '<n><unit>' with unit one of s, m, h, d "
+            "(for example '90m' or '7d')"
+        )
+    millis = int(match.group(1)) * UNIT_MS[match.group(2)]
+    if millis <= 0:
+        raise ValueError(f"{text!r} is not a positive duration")
+    return millis
+
+
+def format_duration(millis: int) -> str:
+    """Write a duration with the largest unit that divides it exactly.
+
+    >>> format_duration(7 * DAY_MS), format_duration(5400000), format_duration(1500)
+    ('7d', '90m', '1500ms')
+    """
+    for unit, size in UNIT_MS.items():
+        if millis % size == 0:
+            return f"{millis // size}{unit}"
+    return f"{millis}ms"
+
+
+def floor_to(times: npt.NDArray[np.int64], hop_ms: int) -> npt.NDArray[np.int64]:
+    """Round each time down to a multiple of ``hop_ms`` counted from the epoch.
+
+    Works for times before the epoch too (floor, not truncation).
+
+    >>> floor_to(np.array([-1, 0, 5, 10]), 5).tolist()
+    [-5, 0, 5, 10]
+    """
+    return np.floor_divide(times, hop_ms) * hop_ms
+
+
+def date_to_ms(day: str | date) -> int:
+    """Milliseconds at 00:00 UTC of a ``YYYY-MM-DD`` day.
+
+    >>> date_to_ms("1970-01-02")
+    86400000
+    """
+    if isinstance(day, str):
+        try:
+            day = date.fromisoformat(day)
+        except ValueError:
+            raise ValueError(f"{day!r} is not a date: write it as YYYY-MM-DD") from None
+    moment = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def ms_to_iso(millis: int) -> str:
+    """Render epoch milliseconds as an ISO-8601 UTC string, for messages and reports.
+
+    >>> ms_to_iso(86400000)
+    '1970-01-02T00:00:00.000Z'
+    """
+    moment = _EPOCH + timedelta(milliseconds=millis)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

@@ -1,0 +1,1 @@
+"""Spark: loading sources, the backfill planner and its executors (DESIGN §3–4)."""

@@ -1,0 +1,167 @@
+"""``backfill``: point-in-time-correct training data for a Join (DESIGN §2, contract).
+
+The output holds every left row in ``[start, end]`` exactly once, duplicates included, its
+columns unchanged, plus one column per (part, aggregation, window). Features are computed per
+distinct (keys, time) query and joined back to the left rows, so duplicates cost nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from timetile.api.join import Join
+from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.offline.plan import BackfillPlan, PartPlan, plan_backfill
+from timetile.offline.reference_executor import reference_features
+from timetile.offline.report import BadInputError, JobReport, SourceCounts
+from timetile.offline.sources import TIME
+
+log = logging.getLogger(__name__)
+
+#: An executor computes a part's features for a frame of distinct (keys, time) queries.
+Executor = Callable[[PartPlan, DataFrame], DataFrame]
+
+#: The executors by name; ``backfill(executor=...)`` picks one.
+EXECUTORS: Mapping[str, Executor] = {"reference": reference_features}
+DEFAULT_EXECUTOR = "reference"
+
+
+class BackfillJob:
+    """A backfill, planned and checked on construction, run by :meth:`dataframe`.
+
+    Construction loads the sources lazily, checks the definition against their schemas and
+    counts, in one cheap aggregate per source, the rows that cannot be used. It raises before
+    any feature work starts.
+
+    Args:
+        join: the definition.
+        spark: the session.
+        start: first day of left rows to keep, ``YYYY-MM-DD`` (UTC), or None for all.
+        end: last day of left rows to keep, inclusive, or None for all.
+        strict: raise :class:`BadInputError` instead of leaving out rows without a time.
+        executor: which executor runs (see :data:`EXECUTORS`).
+
+    Raises:
+        DefinitionError: the definition cannot work against the real schemas.
+        BadInputError: ``strict`` and some rows have no usable time.
+    """
+
+    def __init__(
+        self,
+        join: Join,
+        spark: SparkSession,
+        start: str | None = None,
+        end: str | None = None,
+        *,
+        strict: bool = False,
+        executor: str = DEFAULT_EXECUTOR,
+    ) -> None:
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor {executor!r} is unknown: use one of {', '.join(EXECUTORS)}")
+        self.join = join
+        self.spark = spark
+        self.range_ms = _time_range(start, end)
+        self.executor = executor
+        self.report = JobReport(job=join.name, path=executor)
+        with self.report.stage("plan"):
+            self.plan: BackfillPlan = plan_backfill(join, spark)
+        with self.report.stage("count input"):
+            self.report.sources.extend(_count_sources(self.plan))
+        self._check_input(strict)
+
+    def _check_input(self, strict: bool) -> None:
+        for source in self.report.sources:
+            if source.without_time and strict:
+                raise BadInputError(
+                    f"{source.role} ({source.label}): {source.without_time:,} of "
+                    f"{source.rows:,} rows have a null or unparseable time. Fix: repair or "
+                    "filter them in the source's where, or run without strict to leave them out"
+                )
+            if source.left_out:
+                log.warning("%s (%s): %s rows left out (%s without time, %s without key)",
+                            source.role, source.label, f"{source.left_out:,}",
+                            f"{source.without_time:,}", f"{source.without_key:,}")
+
+    def dataframe(self) -> DataFrame:
+        """The output DataFrame. Lazy: Spark runs it when you write or collect it."""
+        left = self.plan.left
+        if self.range_ms is not None:
+            low, high = self.range_ms
+            left = left.where((F.col(TIME) >= low) & (F.col(TIME) < high))
+            self.report.notes.append("left rows outside [start, end] and without time are "
+                                     "not returned")
+        result = left
+        feature_columns: list[str] = []
+        for part in self.plan.parts:
+            features = EXECUTORS[self.executor](part, part.queries(left))
+            renamed = {name: f"_tt_p{len(feature_columns)}_{name}"
+                       for name in (*part.keys, TIME)}
+            features = features.withColumnsRenamed(renamed)
+            condition = result[TIME] == features[renamed[TIME]]
+            for left_key, key in zip(part.part.left_keys, part.keys, strict=True):
+                condition &= result[left_key].eqNullSafe(features[renamed[key]])
+            result = result.join(features, on=condition, how="left").drop(*renamed.values())
+            feature_columns.extend(feature.name for feature in part.features)
+        return result.select(*self.plan.left_columns, *feature_columns)
+
+
+def _time_range(start: str | None, end: str | None) -> tuple[int, int] | None:
+    if start is None and end is None:
+        return None
+    low = date_to_ms(start) if start is not None else -(2**63)
+    high = date_to_ms(end) + DAY_MS if end is not None else 2**63 - 1
+    if low >= high:
+        raise ValueError(f"start {start} is after end {end}: give start <= end")
+    return low, high
+
+
+def _count_sources(plan: BackfillPlan) -> list[SourceCounts]:
+    counts = []
+    for role, label, frame, keys in plan.raw_sources:
+        no_key = F.lit(False)
+        for key in keys:
+            no_key |= F.col(key).isNull()
+        row = frame.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count_if(F.col(TIME).isNull()).alias("without_time"),
+            F.count_if(F.col(TIME).isNotNull() & no_key).alias("without_key"),
+        ).first()
+        assert row is not None
+        counts.append(SourceCounts(role, label, row["rows"], row["without_time"],
+                                   row["without_key"]))
+    return counts
+
+
+def backfill(
+    join: Join,
+    spark: SparkSession,
+    start: str | None = None,
+    end: str | None = None,
+    *,
+    strict: bool = False,
+    executor: str = DEFAULT_EXECUTOR,
+) -> DataFrame:
+    """Point-in-time-correct features for every left row of ``join``: a Spark DataFrame.
+
+    A left row at time ``q`` sees the events with ``start(q) <= ts < q`` of each window: never
+    an event at or after ``q``. Rows that cannot be used (null time, null key) are counted
+    and logged; see :class:`BackfillJob` for the report.
+
+    Args:
+        join: the definition.
+        spark: the session.
+        start: first day (``YYYY-MM-DD``, UTC) of left rows to return; None for all.
+        end: last day, inclusive; None for all.
+        strict: raise instead of leaving out rows without a usable time.
+        executor: which executor runs (see :data:`EXECUTORS`).
+
+    Returns:
+        The left rows' columns, unchanged, then one column per feature named
+        ``{prefix_}{group_by}_{column}_{op}_{window}``.
+    """
+    job = BackfillJob(join, spark, start, end, strict=strict, executor=executor)
+    return job.dataframe()

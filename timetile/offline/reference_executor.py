@@ -1,0 +1,104 @@
+"""The reference executor: every key's queries and events in one group, windows by brute force.
+
+Events and queries are cogrouped by key; inside each group the core's aggregators fold each
+query's window from scratch (:func:`timetile.core.reference.aggregate_windows`). It runs the
+same aggregator code as every other path, in the executors, with no data on the driver. Its
+cost is O(q · w) per key and it holds a whole key in one task, so hot keys hurt: the tiled
+engine (DESIGN §4) is the fast path, this is the simple one it is checked against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+from timetile.core.aggregators import Aggregator, make_aggregator
+from timetile.core.reference import aggregate_windows
+from timetile.core.types import ValueType
+from timetile.core.windows import MIN_TIME
+from timetile.offline.plan import Feature, PartPlan
+from timetile.offline.result_types import arrow_column, spark_type
+from timetile.offline.sources import TIME
+
+
+def build_aggregator(feature: Feature) -> Aggregator[Any]:
+    """The aggregator of one feature."""
+    aggregation = feature.aggregation
+    return make_aggregator(aggregation.op, feature.input_type, k=aggregation.k,
+                           percentiles=aggregation.percentiles)
+
+
+def non_null(column: pa.ChunkedArray | pa.Array, times: np.ndarray,
+             value_type: ValueType) -> tuple[np.ndarray, np.ndarray]:
+    """The non-null values of an Arrow column as numpy, with their times."""
+    valid = pc.is_valid(column)
+    kept = pc.filter(column, valid)
+    values = kept.to_numpy(zero_copy_only=False)
+    if value_type.numeric or value_type is ValueType.BOOL:
+        values = values.astype(value_type.numpy_dtype, copy=False)
+    mask = valid.to_numpy(zero_copy_only=False)
+    return values, times[mask]
+
+
+class KeyGroupEvaluator:
+    """Computes every feature of one part for one key's queries. Picklable."""
+
+    def __init__(self, plan: PartPlan, output_schema: pa.Schema) -> None:
+        self.keys = plan.keys
+        self.features = plan.features
+        self.output_schema = output_schema
+
+    def __call__(self, queries: pa.Table, events: pa.Table) -> pa.Table:
+        """Features for the queries of one key group (empty when it has no queries)."""
+        if queries.num_rows == 0:
+            return self.output_schema.empty_table()
+        query_times = queries.column(TIME).to_numpy()
+        order = pc.sort_indices(events, sort_keys=[(TIME, "ascending")])
+        events = events.take(order)
+        event_times = events.column(TIME).to_numpy().astype(np.int64)
+        columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        bounds: dict[object, tuple[np.ndarray, np.ndarray]] = {}
+        arrays = [queries.column(name) for name in (*self.keys, TIME)]
+        for feature in self.features:
+            column = feature.aggregation.column
+            if column not in columns:
+                columns[column] = non_null(events.column(column), event_times,
+                                           feature.input_type)
+            if feature.window not in bounds:
+                bounds[feature.window] = _bounds(feature, query_times)
+            aggregator = build_aggregator(feature)
+            values, times = columns[column]
+            starts, ends = bounds[feature.window]
+            results = aggregate_windows(aggregator, times, values, starts, ends)
+            arrays.append(arrow_column(aggregator, results))
+        return pa.Table.from_arrays(arrays, schema=self.output_schema)
+
+
+def _bounds(feature: Feature, query_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if feature.window is None:
+        return np.full_like(query_times, MIN_TIME), query_times
+    return feature.window.bounds(query_times)
+
+
+def output_schema(plan: PartPlan, queries: DataFrame) -> T.StructType:
+    """Keys and time of the queries, then one column per feature."""
+    fields = [queries.schema[name] for name in (*plan.keys, TIME)]
+    for feature in plan.features:
+        result = spark_type(build_aggregator(feature).result_type())
+        fields.append(T.StructField(feature.name, result, nullable=True))
+    return T.StructType(fields)
+
+
+def reference_features(plan: PartPlan, queries: DataFrame) -> DataFrame:
+    """Every feature of ``plan`` at every query, one row per distinct (keys, time) query."""
+    from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
+
+    schema = output_schema(plan, queries)
+    evaluator = KeyGroupEvaluator(plan, to_arrow_schema(schema))
+    grouped = queries.groupBy(*plan.keys).cogroup(plan.events.groupBy(*plan.keys))
+    return grouped.applyInArrow(evaluator, schema)

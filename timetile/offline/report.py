@@ -1,0 +1,88 @@
+"""The job report: what a backfill read, what it left out and why, and where time went."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+class BadInputError(ValueError):
+    """Raised under ``strict=True`` when rows cannot be used (for example, null time)."""
+
+
+@dataclass(frozen=True)
+class SourceCounts:
+    """Row counts of one source.
+
+    Attributes:
+        role: ``left`` or the GroupBy's name.
+        label: the table as the user named it.
+        rows: rows read after ``where`` and ``select``.
+        without_time: rows whose time is null or unparseable: left out.
+        without_key: rows with a null key: they can match no query, so they are left out.
+    """
+
+    role: str
+    label: str
+    rows: int
+    without_time: int
+    without_key: int
+
+    @property
+    def left_out(self) -> int:
+        """Rows this source could not use."""
+        return self.without_time + self.without_key
+
+
+@dataclass
+class JobReport:
+    """What a job did. Filled while it runs; rendered by the CLI and logged.
+
+    Attributes:
+        job: the Join's name.
+        path: which executor ran.
+        sources: row counts per source.
+        stage_seconds: wall time per named stage, in order.
+        notes: anything else worth telling the user.
+    """
+
+    job: str
+    path: str
+    sources: list[SourceCounts] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time a stage of the job."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds[name] = self.stage_seconds.get(name, 0.0) + (
+                time.perf_counter() - began
+            )
+
+    @property
+    def rows_left_out(self) -> int:
+        """Rows left out over all sources."""
+        return sum(source.left_out for source in self.sources)
+
+    def lines(self) -> list[str]:
+        """The report as plain text lines."""
+        out = [f"job {self.job}: path {self.path}"]
+        for source in self.sources:
+            line = f"  {source.role} ({source.label}): {source.rows:,} rows read"
+            if source.without_time:
+                line += f", {source.without_time:,} left out: time null or unparseable"
+            if source.without_key:
+                line += f", {source.without_key:,} left out: key null"
+            out.append(line)
+        out += [f"  stage {name}: {seconds:.2f}s" for name, seconds in self.stage_seconds.items()]
+        out += [f"  note: {note}" for note in self.notes]
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())

@@ -1,0 +1,45 @@
+"""The embedded default: a local SparkSession configured for timetile."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+#: Settings every timetile session gets; a cluster session can set them in spark-submit.
+DEFAULT_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def local_session(
+    app_name: str = "timetile",
+    *,
+    cores: int | None = None,
+    shuffle_partitions: int | None = None,
+    driver_memory: str = "2g",
+) -> SparkSession:
+    """A local-mode SparkSession: the embedded default that needs no cluster.
+
+    Args:
+        app_name: shown in Spark's UI and logs.
+        cores: worker threads; all cores by default.
+        shuffle_partitions: ``spark.sql.shuffle.partitions``; twice the cores by default,
+            which suits the small data of a laptop better than Spark's 200.
+        driver_memory: the JVM heap of the local driver.
+    """
+    threads = cores or os.cpu_count() or 2
+    builder = (
+        SparkSession.builder.master(f"local[{threads}]")
+        .appName(app_name)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 2 * threads))
+        .config("spark.ui.enabled", "false")
+    )
+    for key, value in DEFAULT_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
