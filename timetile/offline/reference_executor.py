@@ -100,5 +100,10 @@ def reference_features(plan: PartPlan, queries: DataFrame) -> DataFrame:
 
     schema = output_schema(plan, queries)
     evaluator = KeyGroupEvaluator(plan, to_arrow_schema(schema))
+
+    def evaluate(key_queries: pa.Table, key_events: pa.Table) -> pa.Table:
+        # A plain function: PySpark reads the arity and would count a callable's ``self``.
+        return evaluator(key_queries, key_events)
+
     grouped = queries.groupBy(*plan.keys).cogroup(plan.events.groupBy(*plan.keys))
-    return grouped.applyInArrow(evaluator, schema)
+    return grouped.applyInArrow(evaluate, schema)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from pyspark.sql import SparkSession
 
@@ -31,6 +32,9 @@ def local_session(
         driver_memory: the JVM heap of the local driver.
     """
     threads = cores or os.cpu_count() or 2
+    # Python workers must run this interpreter (and so see this environment's packages).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(f"local[{threads}]")
         .appName(app_name)
