@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 import timetile as tt
@@ -100,7 +102,8 @@ class TestAggregation:
             "user_views_duration_sum_1h",
             "user_views_duration_sum_7d_hop1h",
         ]
-        assert agg.column_names("user_views", prefix="guest")[0] == "guest_user_views_duration_sum_1h"
+        prefixed = agg.column_names("user_views", prefix="guest")
+        assert prefixed[0] == "guest_user_views_duration_sum_1h"
         assert tt.Aggregation("duration", "max").column_names("v") == ["v_duration_max"]
 
 
@@ -192,9 +195,9 @@ class TestJoin:
 
 
 class TestSchemaChecks:
-    LEFT = {"user_id": "int", "ts": "int", "guest": "string"}
-    VIEWS = {"user_id": "int", "ts": "timestamp", "duration": "float", "listing": "string",
-             "tags": "array<string>"}
+    LEFT: ClassVar = {"user_id": "int", "ts": "int", "guest": "string"}
+    VIEWS: ClassVar = {"user_id": "int", "ts": "timestamp", "duration": "float",
+                       "listing": "string", "tags": "array<string>"}
 
     def check(self, join: tt.Join, left: dict | None = None, views: dict | None = None) -> None:
         check_join(join, left or self.LEFT, {"user_views": views or self.VIEWS})
@@ -204,7 +207,8 @@ class TestSchemaChecks:
         return tt.Join("m", tt.EventSource("checkouts"), [tt.JoinPart(group_by, **part)])
 
     def test_a_good_join_passes(self) -> None:
-        self.check(self.join(tt.Aggregation("duration", "sum"), tt.Aggregation("listing", "last_k", k=3)))
+        self.check(self.join(tt.Aggregation("duration", "sum"),
+                             tt.Aggregation("listing", "last_k", k=3)))
 
     def test_unknown_column_lists_the_columns(self) -> None:
         with raises(r"parts\[0\]\.aggregations\[0\]\.column: 'durration' is not a column of "
@@ -222,7 +226,8 @@ class TestSchemaChecks:
     def test_key_type_mismatch(self) -> None:
         with raises(r"keys: key 'user_id' is int in user_views but 'guest' is string on the "
                     r"left side.*Fix: cast one side"):
-            self.check(self.join(tt.Aggregation("duration", "sum"), key_mapping={"guest": "user_id"}))
+            self.check(self.join(tt.Aggregation("duration", "sum"),
+                                 key_mapping={"guest": "user_id"}))
 
     def test_missing_left_key(self) -> None:
         with raises(r"key_mapping: 'user_id' is not a column of the left side checkouts"):

@@ -55,20 +55,26 @@ def random_groups(value_type: ValueType, seed: int, groups: int = 300) -> list[t
     return rows
 
 
+def _float(rng: np.random.Generator) -> float:
+    if rng.random() < 0.05:
+        return SPECIAL_FLOATS[int(rng.integers(len(SPECIAL_FLOATS)))]
+    return float(np.round(rng.normal(0, 100), int(rng.integers(0, 4))))
+
+
+#: value type → (the value of constant groups, a random value).
+MAKERS = {
+    ValueType.INT: (7, lambda rng: int(rng.integers(-1_000, 1_000))),
+    ValueType.FLOAT: (0.1, _float),
+    ValueType.STRING: ("x", lambda rng: str(rng.choice(["", "a", "b", "ab", "é", "日本", "Z"]))),
+    ValueType.BOOL: (True, lambda rng: bool(rng.random() < 0.5)),
+}
+
+
 def _value(value_type: ValueType, rng: np.random.Generator, constant: bool, index: int) -> Any:
     if rng.random() < 0.15:
         return None
-    if value_type is ValueType.INT:
-        return 7 if constant else int(rng.integers(-1_000, 1_000))
-    if value_type is ValueType.FLOAT:
-        if constant:
-            return 0.1
-        if rng.random() < 0.05:
-            return SPECIAL_FLOATS[int(rng.integers(len(SPECIAL_FLOATS)))]
-        return float(np.round(rng.normal(0, 100), int(rng.integers(0, 4))))
-    if value_type is ValueType.STRING:
-        return "x" if constant else ["", "a", "b", "ab", "é", "日本", "Z"][int(rng.integers(7))]
-    return bool(rng.random() < 0.5)
+    constant_value, random_value = MAKERS[value_type]
+    return constant_value if constant else random_value(rng)
 
 
 SPARK_TYPES = {

@@ -15,6 +15,7 @@ class Problem:
         field: where it is, as a path a user can follow (``parts[0].aggregations[1].op``).
         message: what is wrong.
         fix: what to do about it.
+
     """
 
     field: str
@@ -41,12 +42,12 @@ class DefinitionError(ValueError):
 
     @classmethod
     def single(cls, subject: str, field: str, message: str, fix: str) -> DefinitionError:
-        """An error with one problem."""
+        """Return an error with one problem."""
         return cls(subject, [Problem(field, message, fix)])
 
 
 def one_of(name: str, choices: Iterable[str]) -> str:
-    """A fix that lists the valid choices and suggests the closest one.
+    """Return a fix that lists the valid choices and suggests the closest one.
 
     >>> one_of("summ", ["sum", "count"])
     "use one of sum, count (did you mean 'sum'?)"

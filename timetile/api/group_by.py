@@ -50,6 +50,7 @@ class GroupBy:
     >>> gb = GroupBy("user_views", views, ["user_id"], [Aggregation("duration", "sum", ["7d"])])
     >>> gb.output_columns()
     ['user_views_duration_sum_7d']
+
     """
 
     name: str

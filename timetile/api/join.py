@@ -27,6 +27,7 @@ class JoinPart:
     >>> part = JoinPart(views, prefix="guest", key_mapping={"guest_id": "user_id"})
     >>> part.left_keys, part.output_columns()
     (('guest_id',), ['guest_user_views_duration_sum_1d'])
+
     """
 
     group_by: GroupBy
@@ -55,13 +56,18 @@ class JoinPart:
         object.__setattr__(self, "key_mapping", tuple(sorted(mapping.items())))
 
     @property
+    def mapping(self) -> tuple[tuple[str, str], ...]:
+        """``key_mapping`` as sorted (left column, key) pairs."""
+        return self.key_mapping  # type: ignore[return-value]
+
+    @property
     def left_keys(self) -> tuple[str, ...]:
-        """The left column for each of the GroupBy's keys, in key order."""
-        by_key = {key: left for left, key in self.key_mapping or ()}  # type: ignore[misc]
+        """Give the left column for each of the GroupBy's keys, in key order."""
+        by_key = {key: left for left, key in self.mapping}
         return tuple(by_key.get(key, key) for key in self.group_by.keys)
 
     def output_columns(self) -> list[str]:
-        """The part's output columns, prefixed."""
+        """Return the part's output columns, prefixed."""
         return self.group_by.output_columns(self.prefix)
 
 
@@ -77,6 +83,7 @@ class Join:
         name: the model's name, explicit (used for output tables and logs).
         left: the queries: an :class:`EventSource` (its ``time_column`` is the query time).
         parts: GroupBys, or :class:`JoinPart` to set ``prefix`` and ``key_mapping``.
+
     """
 
     name: str
@@ -93,9 +100,8 @@ class Join:
             raise DefinitionError.single(subject, "parts", "needs a non-empty list",
                                          "give parts=[group_by, ...]")
         parts: list[JoinPart] = []
-        for index, part in enumerate(self.parts):
-            if isinstance(part, GroupBy):
-                part = JoinPart(part)
+        for index, given in enumerate(self.parts):
+            part = JoinPart(given) if isinstance(given, GroupBy) else given
             if not isinstance(part, JoinPart):
                 raise DefinitionError.single(subject, f"parts[{index}]", f"{part!r} is not a "
                                              "GroupBy", "give tt.GroupBy or tt.JoinPart")
@@ -124,5 +130,5 @@ class Join:
         return problems
 
     def output_columns(self) -> list[str]:
-        """The feature columns added to the left rows, in part order."""
+        """Return the feature columns added to the left rows, in part order."""
         return [column for part in self.join_parts for column in part.output_columns()]

@@ -73,6 +73,7 @@ def check_join(join: Join, left_schema: Schema, part_schemas: Mapping[str, Schem
         join: the definition.
         left_schema: the schema of the left source.
         part_schemas: the schema of each part's source, by GroupBy name.
+
     """
     left_label = join.left.label
     problems = time_problems("left.time_column", join.left.time_column, left_label, left_schema)

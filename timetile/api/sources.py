@@ -17,9 +17,7 @@ from timetile.api.errors import DefinitionError
 Projection = tuple[tuple[str, str], ...]
 
 
-def _normalize_select(
-    owner: str, select: Mapping[str, str] | Sequence[str] | None
-) -> Projection | None:
+def _normalize_select(owner: str, select: object) -> Projection | None:
     if select is None:
         return None
     if isinstance(select, str):
@@ -27,7 +25,13 @@ def _normalize_select(
             owner, "select", "a single string is ambiguous", "give a list of columns or a "
             "mapping {output_name: spark_sql_expression}"
         )
-    pairs = tuple(select.items()) if isinstance(select, Mapping) else tuple((c, c) for c in select)
+    if isinstance(select, Mapping):
+        pairs = tuple(select.items())
+    elif isinstance(select, Sequence):
+        pairs = tuple((column, column) for column in select)
+    else:
+        raise DefinitionError.single(owner, "select", f"{select!r} is not a selection",
+                                     "give a list of columns or a mapping {name: expression}")
     if not pairs:
         raise DefinitionError.single(owner, "select", "selects no columns",
                                      "list the columns to keep, or leave select out")
@@ -40,14 +44,36 @@ def _normalize_select(
     return pairs
 
 
-def _normalize_where(owner: str, where: str | Sequence[str] | None) -> tuple[str, ...]:
+def _normalize_where(owner: str, where: object) -> tuple[str, ...]:
     if where is None:
         return ()
-    clauses = (where,) if isinstance(where, str) else tuple(where)
+    if isinstance(where, str):
+        clauses: tuple[object, ...] = (where,)
+    elif isinstance(where, Sequence):
+        clauses = tuple(where)
+    else:
+        clauses = (where,)
     if not all(isinstance(clause, str) and clause.strip() for clause in clauses):
         raise DefinitionError.single(owner, "where", f"{where!r} is not a filter",
                                      "give Spark SQL boolean expressions as strings")
-    return clauses
+    return tuple(str(clause) for clause in clauses)
+
+
+class _Projected:
+    """Typed views of the normalized ``select`` and ``where`` of a source."""
+
+    select: object
+    where: object
+
+    @property
+    def projection(self) -> Projection | None:
+        """``select`` as (name, expression) pairs, or None to keep every column."""
+        return self.select  # type: ignore[return-value]
+
+    @property
+    def filters(self) -> tuple[str, ...]:
+        """``where`` as a tuple of Spark SQL filters, ANDed."""
+        return self.where  # type: ignore[return-value]
 
 
 def _check_table(owner: str, name: str, table: Any) -> None:
@@ -64,12 +90,12 @@ def _check_table(owner: str, name: str, table: Any) -> None:
 
 
 def describe_table(table: Any) -> str:
-    """A short human name for a table reference, for messages and reports."""
+    """Name a table reference briefly, for messages and reports."""
     return table if isinstance(table, str) else "a DataFrame"
 
 
 def is_path(table: str) -> bool:
-    """Whether a table string is a path (it holds a ``/`` or a URI scheme) or a table name.
+    """Tell whether a table string is a path (it holds a ``/`` or a URI scheme) or a table name.
 
     >>> is_path("events.views"), is_path("data/views"), is_path("s3://bucket/views")
     (False, True, True)
@@ -78,7 +104,7 @@ def is_path(table: str) -> bool:
 
 
 @dataclass(frozen=True)
-class EventSource:
+class EventSource(_Projected):
     """An append-only log of events, each with a time (DESIGN §2).
 
     Args:
@@ -90,6 +116,7 @@ class EventSource:
 
     >>> EventSource("events.views", time_column="ts", where="duration > 0").where
     ('duration > 0',)
+
     """
 
     table: Any
@@ -107,12 +134,12 @@ class EventSource:
 
     @property
     def label(self) -> str:
-        """The source as people name it in messages."""
+        """Name the source as people name it in messages."""
         return describe_table(self.table)
 
 
 @dataclass(frozen=True)
-class EntitySource:
+class EntitySource(_Projected):
     """A mutable table: daily snapshots plus a log of mutations (DESIGN §2).
 
     Partition ``ds`` of ``snapshot_table`` holds the table as of the end of that day.
@@ -128,6 +155,7 @@ class EntitySource:
         partition_column: the snapshot's day partition, ``YYYY-MM-DD``.
         select: columns to keep.
         where: Spark SQL filters, ANDed.
+
     """
 
     snapshot_table: Any
@@ -148,7 +176,7 @@ class EntitySource:
 
     @property
     def label(self) -> str:
-        """The source as people name it in messages."""
+        """Name the source as people name it in messages."""
         return describe_table(self.snapshot_table)
 
 

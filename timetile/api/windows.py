@@ -27,6 +27,7 @@ class Window:
     ('7d', '7d_hop1h', '1d_hopping1h')
     >>> Window.parse("90m") == Window("90m")
     True
+
     """
 
     length: str | int
@@ -50,7 +51,7 @@ class Window:
 
     @classmethod
     def parse(cls, spec: str | Window) -> Window:
-        """A window from its string form (``"7d"``), or the window itself."""
+        """Return a window from its string form (``"7d"``), or the window itself."""
         return spec if isinstance(spec, Window) else cls(spec)
 
     @property
@@ -82,7 +83,7 @@ class Window:
     def bounds(
         self, query_times: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """The ``[start, end)`` interval of this window for each query time."""
+        """Return the ``[start, end)`` interval of this window for each query time."""
         return window_bounds(query_times, self.window_kind, self.length_ms, self.hop_ms)
 
 

@@ -22,7 +22,7 @@ def aggregate_windows(
     starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
 ) -> list[Any]:
-    """The finalized aggregate of the events in ``[starts[i], ends[i])`` for each i.
+    """Return the finalized aggregate of the events in ``[starts[i], ends[i])`` for each i.
 
     Args:
         aggregator: the op.
@@ -37,6 +37,7 @@ def aggregate_windows(
     >>> t = np.array([1, 2, 2, 5])
     >>> aggregate_windows(count, t, t, np.array([0, 2, 6]), np.array([2, 5, 9]))
     [1, 2, 0]
+
     """
     lows = np.searchsorted(times, starts, side="left")
     highs = np.searchsorted(times, ends, side="left")

@@ -48,6 +48,7 @@ class BackfillJob:
     Raises:
         DefinitionError: the definition cannot work against the real schemas.
         BadInputError: ``strict`` and some rows have no usable time.
+
     """
 
     def __init__(
@@ -87,7 +88,7 @@ class BackfillJob:
                             f"{source.without_time:,}", f"{source.without_key:,}")
 
     def dataframe(self) -> DataFrame:
-        """The output DataFrame. Lazy: Spark runs it when you write or collect it."""
+        """Return the output DataFrame. Lazy: Spark runs it when you write or collect it."""
         left = self.plan.left
         if self.range_ms is not None:
             low, high = self.range_ms
@@ -162,6 +163,7 @@ def backfill(
     Returns:
         The left rows' columns, unchanged, then one column per feature named
         ``{prefix_}{group_by}_{column}_{op}_{window}``.
+
     """
     job = BackfillJob(join, spark, start, end, strict=strict, executor=executor)
     return job.dataframe()

@@ -23,7 +23,7 @@ from timetile.offline.sources import TIME, coarse_schema, load_events
 
 
 def key_column(index: int) -> str:
-    """The internal name of a part's ``index``-th key, the same on queries and events."""
+    """Return the internal name of a part's ``index``-th key, the same on queries and events."""
     return f"_tt_key_{index}"
 
 
@@ -46,6 +46,7 @@ class PartPlan:
         events: the part's events: internal key columns, :data:`TIME` and the value
             columns, with rows that have no time or a null key removed.
         features: the output columns, in the order of ``part.output_columns()``.
+
     """
 
     part: JoinPart
@@ -58,7 +59,7 @@ class PartPlan:
         return [key_column(i) for i in range(len(self.part.group_by.keys))]
 
     def queries(self, left: DataFrame) -> DataFrame:
-        """The distinct (keys, time) queries that ``left`` asks of this part."""
+        """Return the distinct (keys, time) queries that ``left`` asks of this part."""
         columns = [F.col(left_key).alias(key)
                    for left_key, key in zip(self.part.left_keys, self.keys, strict=True)]
         return left.where(F.col(TIME).isNotNull()).select(*columns, TIME).distinct()
@@ -97,6 +98,7 @@ def plan_backfill(join: Join, spark: SparkSession) -> BackfillPlan:
 
     Raises:
         DefinitionError: naming every problem of the definition against the real schemas.
+
     """
     _unsupported(join)
     assert isinstance(join.left, EventSource)
@@ -109,7 +111,9 @@ def plan_backfill(join: Join, spark: SparkSession) -> BackfillPlan:
         loaded[part.group_by.name] = load_events(spark, source)
     check_join(join, coarse_schema(left.drop(TIME)),
                {name: coarse_schema(frame.drop(TIME)) for name, frame in loaded.items()})
-    raw_sources = [("left", join.left.label, left, ())]
+    raw_sources: list[tuple[str, str, DataFrame, tuple[str, ...]]] = [
+        ("left", join.left.label, left, ())
+    ]
     parts = []
     for part in join.join_parts:
         group_by = part.group_by

@@ -27,7 +27,7 @@ from timetile.offline.sources import TIME
 
 
 def build_aggregator(feature: Feature) -> Aggregator[Any]:
-    """The aggregator of one feature."""
+    """Return the aggregator of one feature."""
     aggregation = feature.aggregation
     return make_aggregator(aggregation.op, feature.input_type, k=aggregation.k,
                            percentiles=aggregation.percentiles)
@@ -35,7 +35,7 @@ def build_aggregator(feature: Feature) -> Aggregator[Any]:
 
 def non_null(column: pa.ChunkedArray | pa.Array, times: np.ndarray,
              value_type: ValueType) -> tuple[np.ndarray, np.ndarray]:
-    """The non-null values of an Arrow column as numpy, with their times."""
+    """Return the non-null values of an Arrow column as numpy, with their times."""
     valid = pc.is_valid(column)
     kept = pc.filter(column, valid)
     values = kept.to_numpy(zero_copy_only=False)

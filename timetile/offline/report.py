@@ -22,6 +22,7 @@ class SourceCounts:
         rows: rows read after ``where`` and ``select``.
         without_time: rows whose time is null or unparseable: left out.
         without_key: rows with a null key: they can match no query, so they are left out.
+
     """
 
     role: str
@@ -46,6 +47,7 @@ class JobReport:
         sources: row counts per source.
         stage_seconds: wall time per named stage, in order.
         notes: anything else worth telling the user.
+
     """
 
     job: str
@@ -71,7 +73,7 @@ class JobReport:
         return sum(source.left_out for source in self.sources)
 
     def lines(self) -> list[str]:
-        """The report as plain text lines."""
+        """Return the report as plain text lines."""
         out = [f"job {self.job}: path {self.path}"]
         for source in self.sources:
             line = f"  {source.role} ({source.label}): {source.rows:,} rows read"

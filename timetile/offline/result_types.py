@@ -20,7 +20,7 @@ _SPARK_SCALARS: dict[ValueType, T.DataType] = {
 
 
 def spark_type(result: ResultType) -> T.DataType:
-    """The Spark type of a result. Integral results are ``bigint``, floating ``double``."""
+    """Return the Spark type of a result. Integral results are ``bigint``, floating ``double``."""
     element = _SPARK_SCALARS[result.element]
     if result.shape is Shape.ARRAY:
         return T.ArrayType(element, containsNull=False)
@@ -31,7 +31,7 @@ def spark_type(result: ResultType) -> T.DataType:
 
 
 def arrow_column(aggregator: Aggregator[Any], results: list[Any]) -> pa.Array:
-    """Finalized results as an Arrow array of the op's result type."""
+    """Return finalized results as an Arrow array of the op's result type."""
     arrow_type = to_arrow_type(spark_type(aggregator.result_type()))
     if aggregator.result_type().shape is Shape.MAP:
         results = [None if value is None else list(value.items()) for value in results]

@@ -22,7 +22,7 @@ def local_session(
     shuffle_partitions: int | None = None,
     driver_memory: str = "2g",
 ) -> SparkSession:
-    """A local-mode SparkSession: the embedded default that needs no cluster.
+    """Return a local-mode SparkSession: the embedded default that needs no cluster.
 
     Args:
         app_name: shown in Spark's UI and logs.
@@ -30,6 +30,7 @@ def local_session(
         shuffle_partitions: ``spark.sql.shuffle.partitions``; twice the cores by default,
             which suits the small data of a laptop better than Spark's 200.
         driver_memory: the JVM heap of the local driver.
+
     """
     threads = cores or os.cpu_count() or 2
     # Python workers must run this interpreter (and so see this environment's packages).

@@ -32,7 +32,7 @@ _COARSE: dict[type[T.DataType], str] = {
 
 
 def coarse_type(data_type: T.DataType) -> str:
-    """The engine-free type name of a Spark type (see :mod:`timetile.api.schema`)."""
+    """Return the engine-free type name of a Spark type (see :mod:`timetile.api.schema`)."""
     return _COARSE.get(type(data_type), data_type.simpleString())
 
 
@@ -42,7 +42,7 @@ def coarse_schema(frame: DataFrame) -> dict[str, str]:
 
 
 def read_table(spark: SparkSession, table: object) -> DataFrame:
-    """A table name, a Parquet path or a DataFrame, as a DataFrame. No job runs."""
+    """Return a table name, a Parquet path or a DataFrame, as a DataFrame. No job runs."""
     if isinstance(table, DataFrame):
         return table
     if not isinstance(table, str):
@@ -52,15 +52,15 @@ def read_table(spark: SparkSession, table: object) -> DataFrame:
 
 def project(frame: DataFrame, source: EventSource | EntitySource) -> DataFrame:
     """Apply a source's ``where`` filters, then its ``select``. No job runs."""
-    for clause in source.where or ():
+    for clause in source.filters:
         frame = frame.where(F.expr(clause))
-    if source.select:
-        frame = frame.select(*[F.expr(expr).alias(name) for name, expr in source.select])
+    if source.projection:
+        frame = frame.select(*[F.expr(expr).alias(name) for name, expr in source.projection])
     return frame
 
 
 def time_millis(column: str, data_type: T.DataType) -> Column:
-    """An expression for a time column as epoch milliseconds (null when unparseable)."""
+    """Return an expression for a time column as epoch milliseconds (null when unparseable)."""
     kind = coarse_type(data_type)
     if kind == "timestamp":
         return F.unix_millis(F.col(column).cast("timestamp"))
@@ -79,5 +79,5 @@ def load(spark: SparkSession, source: EventSource | EntitySource, table: object)
 
 
 def load_events(spark: SparkSession, source: EventSource) -> DataFrame:
-    """An event source as a DataFrame with :data:`TIME`."""
+    """Return an event source as a DataFrame with :data:`TIME`."""
     return load(spark, source, source.table)

@@ -1,0 +1,46 @@
+"""Testing helpers shipped with timetile: the naive oracle and seeded data generators.
+
+:func:`naive_backfill` computes a Join by brute force in plain Spark SQL (DESIGN §4): every
+engine path is tested against it, and users can test their own definitions with it. The
+generators make small tables that hold every edge case the semantics care about.
+"""
+
+from timetile.testing.generators import (
+    EVENT_SCHEMA,
+    MIN_EVENTS,
+    MUTATION_SCHEMA,
+    QUERY_SCHEMA,
+    SNAPSHOT_SCHEMA,
+    EntityTables,
+    min_queries,
+    random_entities,
+    random_events,
+    random_queries,
+    to_spark,
+)
+from timetile.testing.oracle import (
+    SQL_OPS,
+    SqlOp,
+    naive_backfill,
+    percentile_rank_bounds,
+    percentiles_within,
+)
+
+__all__ = [
+    "EVENT_SCHEMA",
+    "MIN_EVENTS",
+    "MUTATION_SCHEMA",
+    "QUERY_SCHEMA",
+    "SNAPSHOT_SCHEMA",
+    "SQL_OPS",
+    "EntityTables",
+    "SqlOp",
+    "min_queries",
+    "naive_backfill",
+    "percentile_rank_bounds",
+    "percentiles_within",
+    "random_entities",
+    "random_events",
+    "random_queries",
+    "to_spark",
+]

@@ -1,0 +1,397 @@
+"""The naive oracle: the plan of seed 000, written plainly in Spark SQL (DESIGN §2, §4).
+
+Every fast path of timetile is checked against this one brute-force evaluator of the
+semantics (STYLE §4). It is shipped so users can check their own definitions too. It uses
+neither Python UDFs nor timetile's aggregators: only Spark SQL, so it is independent of the
+engine it checks.
+
+The plan, per join part (seed 000, "Naive approach")::
+
+    SELECT q.keys, q.time, <op>(e.value) FILTER (WHERE <window> AND e.value IS NOT NULL), …
+    FROM (SELECT DISTINCT keys, time FROM left WHERE time IS NOT NULL) q
+    LEFT JOIN events e
+      ON e.keys = q.keys AND e.time < q.time AND e.time >= <widest window start>
+    GROUP BY q.keys, q.time
+
+then the features are joined back to the left rows on the keys (null-safe) and the time.
+Every query meets every earlier event of its key: with n queries and n events spread over k
+keys that is O(n²/k) pairs, and a hot key holds most of them. Use it on small data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as sf
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+)
+
+from timetile.api import Accuracy, Aggregation, EventSource, Join, JoinPart, Window
+from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.core.windows import WindowKind
+from timetile.offline.sources import TIME, load_events
+
+# Internal column names; a left column must not use the ``_tt_`` prefix.
+_QUERY_TIME = "_tt_q"  # the query's time, as in the left rows
+_AT = "_tt_at"  # when the query's windows end: q, or the start of q's day for SNAPSHOT
+_EVENT_TIME = "_tt_t"
+
+
+def _query_key(index: int) -> str:
+    return f"_tt_qk{index}"
+
+
+def _event_key(index: int) -> str:
+    return f"_tt_ek{index}"
+
+
+def _value(index: int) -> str:
+    return f"_tt_v{index}"
+
+
+def _partial(index: int) -> str:
+    return f"_tt_a{index}"
+
+
+@dataclass(frozen=True)
+class SqlOp:
+    """How the oracle computes one op: a SQL aggregate, then a SQL expression finishing it.
+
+    Attributes:
+        aggregate: an aggregate over ``{v}`` (the value) and ``{t}`` (the event time). The
+            plan appends ``FILTER (WHERE <window> AND {v} IS NOT NULL)``, so the aggregate
+            sees exactly the window's non-null values, possibly none.
+        finish: an expression over ``{a}`` (the aggregate's result), ``{k}`` and ``{ps}``
+            (the percentiles as a comma-separated list of exact decimals).
+
+    """
+
+    aggregate: str
+    finish: str = "{a}"
+
+
+def _non_empty(body: str) -> str:
+    """Make a list op's result null on an empty window (collect_list gives ``[]`` there)."""
+    return f"IF(size({{a}}) = 0, NULL, {body})"
+
+
+_PAIR = "named_struct('t', {t}, 'v', {v})"  # ordered by time, ties by value (NaN largest)
+
+#: Each op of DESIGN §2 as Spark SQL (STYLE §9). Spark orders NaN above every double, which
+#: is the contract's order for min, max, first, last and the k-ops; ``count(DISTINCT)``,
+#: ``array_distinct`` and ``<=>`` treat all NaNs as one value and -0.0 as 0.0.
+SQL_OPS: Mapping[str, SqlOp] = {
+    "count": SqlOp("count({v})", "coalesce({a}, 0)"),
+    "sum": SqlOp("sum({v})"),
+    "avg": SqlOp("avg({v})"),
+    "min": SqlOp("min({v})"),
+    "max": SqlOp("max({v})"),
+    "first": SqlOp(f"min({_PAIR})", "{a}.v"),
+    "last": SqlOp(f"max({_PAIR})", "{a}.v"),
+    "first_k": SqlOp(f"collect_list({_PAIR})",
+                     _non_empty("transform(slice(sort_array({a}, true), 1, {k}), p -> p.v)")),
+    "last_k": SqlOp(f"collect_list({_PAIR})",
+                    _non_empty("transform(slice(sort_array({a}, false), 1, {k}), p -> p.v)")),
+    "top_k": SqlOp("collect_list({v})", _non_empty("slice(sort_array({a}, false), 1, {k})")),
+    "bottom_k": SqlOp("collect_list({v})", _non_empty("slice(sort_array({a}, true), 1, {k})")),
+    "variance": SqlOp("var_samp({v})"),
+    "stddev": SqlOp("stddev_samp({v})"),
+    "skew": SqlOp("skewness({v})"),
+    "kurtosis": SqlOp("kurtosis({v})"),
+    "unique_count": SqlOp("count(DISTINCT {v})", "coalesce({a}, 0)"),
+    # The truth: engine tests check the sketch's estimate against its error bound.
+    "approx_unique_count": SqlOp("count(DISTINCT {v})", "coalesce({a}, 0)"),
+    # value -> how many times it occurs; array_distinct and <=> merge NaNs and ±0.0 as
+    # count(DISTINCT) does, so size(histogram) = unique_count.
+    "histogram": SqlOp("collect_list({v})", _non_empty(
+        "map_from_entries(transform(array_distinct({a}), "
+        "x -> struct(x, CAST(size(filter({a}, y -> y <=> x)) AS BIGINT))))")),
+    # The exact nearest-rank percentile (percentile_disc): the ceil(p·n)-th smallest value,
+    # the smallest for p = 0. Exact decimal arithmetic, NaN ranked above every number.
+    "approx_percentile": SqlOp("collect_list(CAST({v} AS DOUBLE))", _non_empty(
+        "transform(array({ps}), p -> element_at(sort_array({a}), "
+        "CAST(greatest(1, ceil(p * size({a}))) AS INT)))")),
+}
+
+
+def percentile_bounds_op(epsilon: float) -> SqlOp:
+    """``approx_percentile`` as the interval a rank-ε approximation must fall in.
+
+    For the window's n values sorted ascending as ``s[1..n]`` (NaN last) and each
+    percentile p, the result is ``struct(lo, hi)`` with ``lo = s[clamp(floor((p − ε)·n))]``
+    and ``hi = s[clamp(ceil((p + ε)·n) + 1)]``, indices clamped to ``[1, n]``. Any data item
+    whose normalized rank is within ε of p lies in ``[lo, hi]`` whichever rank convention
+    (inclusive or exclusive) the sketch uses: the bounds are one item generous on each side.
+    """
+    eps = _decimal(epsilon)
+    at = "element_at(sort_array({a}), CAST(least(size({a}), greatest(1, {i})) AS INT))"
+    lo = at.replace("{i}", f"floor((p - {eps}) * size({{a}}))")
+    hi = at.replace("{i}", f"ceil((p + {eps}) * size({{a}})) + 1")
+    return SqlOp("collect_list(CAST({v} AS DOUBLE))", _non_empty(
+        f"transform(array({{ps}}), p -> named_struct('lo', {lo}, 'hi', {hi}))"))
+
+
+def _decimal(number: float) -> str:
+    """Write a float as an exact SQL decimal literal (``0.3``, never ``3e-01``)."""
+    return format(Decimal(repr(float(number))), "f")
+
+
+#: ``[start, end)`` of each window kind as SQL over ``{q}`` (the time the window ends at),
+#: ``{length}`` and ``{hop}``; None is an unbounded start. ``x - pmod(x, hop)`` is a true
+#: floor, also before the epoch.
+_FLOOR_START = "({q} - {length}) - pmod({q} - {length}, {hop})"
+WINDOW_SQL: Mapping[WindowKind, tuple[str | None, str]] = {
+    WindowKind.SLIDING: ("{q} - {length}", "{q}"),
+    WindowKind.SAWTOOTH: (_FLOOR_START, "{q}"),
+    WindowKind.HOPPING: (_FLOOR_START, "{q} - pmod({q}, {hop})"),
+    WindowKind.LIFETIME: (None, "{q}"),
+}
+
+
+def window_interval(window: Window | None, at: str) -> tuple[str | None, str]:
+    """Write SQL for a window's ``[start, end)`` at the times in column ``at`` (None: lifetime).
+
+    >>> window_interval(Window(10, hop=4), "q")
+    ('(q - 10) - pmod(q - 10, 4)', 'q')
+    >>> window_interval(None, "q")
+    (None, 'q')
+    """
+    kind = WindowKind.LIFETIME if window is None else window.window_kind
+    start, end = WINDOW_SQL[kind]
+    fields = {"q": at, "length": window.length_ms if window else None,
+              "hop": window.hop_ms if window else None}
+    return (None if start is None else start.format(**fields)), end.format(**fields)
+
+
+def naive_backfill(
+    join: Join, spark: SparkSession, start: str | None = None, end: str | None = None
+) -> DataFrame:
+    """Compute ``join`` by brute force: the contract of DESIGN §2, spelled out in Spark SQL.
+
+    The result holds every kept left row exactly once (duplicates included), its columns
+    unchanged and in order, then one column per (part, aggregation, window) in
+    ``join.output_columns()`` order. A feature of the query at time q aggregates the
+    non-null values of the part's events with the same keys and a time in the window's
+    interval (all before q); a query with a null key has empty windows. On an empty window
+    ``count``, ``unique_count`` and ``approx_unique_count`` are 0 and every other op is
+    null. A left row with a null time gets null in every feature column, counts included.
+    Under ``Accuracy.SNAPSHOT`` the windows end at the start of q's day (UTC) instead of at q.
+
+    Result types: counts bigint; ``avg``, ``variance``, ``stddev``, ``skew`` and
+    ``kurtosis`` double; integral inputs are widened to bigint and float ones to double
+    before anything else, so ``sum``, ``min``, ``max``, ``first`` and ``last`` give bigint or
+    double for numbers and the input type otherwise; the k-ops arrays of that type;
+    ``histogram`` a map to bigint; ``approx_unique_count`` the exact distinct count; and
+    ``approx_percentile`` the exact nearest-rank values as ``array<double>`` (see
+    :func:`percentile_rank_bounds` to check an approximation). Spark's order of values
+    applies: NaN above every number, -0.0 equal to 0.0 (so which of the two a tie yields is
+    unspecified), all NaNs one value for ``unique_count`` and ``histogram``.
+
+    Cost: O(n²/k) for n left rows and n events over k keys (seed 000): every query meets
+    every earlier event of its key, and one key's events are never split, so keep the data
+    small. No job runs until the result is used.
+
+    Args:
+        join: the definition; every part's source must be an :class:`EventSource`.
+        spark: the session to build the plan in.
+        start: ``YYYY-MM-DD`` (UTC): keep only left rows at or after this day's start.
+        end: ``YYYY-MM-DD`` (UTC): keep only left rows before the end of this day. Once
+            ``start`` or ``end`` is given, left rows with a null time are dropped too.
+
+    Raises:
+        NotImplementedError: for entity sources (left or parts).
+        ValueError: when a left column has the name of a feature column.
+
+    """
+    return _backfill(join, spark, start, end, SQL_OPS)
+
+
+def percentile_rank_bounds(
+    join: Join,
+    spark: SparkSession,
+    epsilon: float,
+    start: str | None = None,
+    end: str | None = None,
+) -> DataFrame:
+    """:func:`naive_backfill`, with each ``approx_percentile`` column as rank bounds.
+
+    Each such column holds, per percentile p in order, ``struct(lo, hi)`` (see
+    :func:`percentile_bounds_op`): the values a sketch with normalized rank error
+    ``epsilon`` may return (ε ≈ 0.0165 for KLL with k = 200, at 99% confidence). Compare
+    an engine's answer with :func:`percentiles_within`. Every other column is as in
+    :func:`naive_backfill`.
+    """
+    return _backfill(join, spark, start, end,
+                     {**SQL_OPS, "approx_percentile": percentile_bounds_op(epsilon)})
+
+
+def percentiles_within(answer: Sequence[float] | None, bounds: Sequence[Any] | None) -> bool:
+    """Whether an engine's percentiles lie in the bounds of :func:`percentile_rank_bounds`.
+
+    ``bounds`` is a row's value of that column (a list of ``Row(lo, hi)``); null bounds
+    (an empty window) require a null answer. Values compare as Spark orders doubles: NaN is
+    above every number and equal to itself.
+
+    >>> from collections import namedtuple
+    >>> Bound = namedtuple("Bound", "lo hi")
+    >>> percentiles_within([2.0, float("nan")], [Bound(1.0, 3.0), Bound(5.0, float("nan"))])
+    True
+    >>> percentiles_within([4.0], [Bound(1.0, 3.0)])
+    False
+    """
+    if answer is None or bounds is None:
+        return answer is None and bounds is None
+    if len(answer) != len(bounds):
+        return False
+    return all(_spark_le(bound.lo, value) and _spark_le(value, bound.hi)
+               for value, bound in zip(answer, bounds, strict=True))
+
+
+def _spark_le(x: float, y: float) -> bool:
+    """``x <= y`` in Spark's order of doubles: NaN above everything, equal to itself."""
+    if math.isnan(y):
+        return True
+    return not math.isnan(x) and x <= y
+
+
+def _backfill(
+    join: Join,
+    spark: SparkSession,
+    start: str | None,
+    end: str | None,
+    ops: Mapping[str, SqlOp],
+) -> DataFrame:
+    if not isinstance(join.left, EventSource):
+        raise NotImplementedError("the oracle reads left rows from an EventSource only")
+    left = load_events(spark, join.left)
+    if start is not None:
+        left = left.where(sf.col(TIME) >= date_to_ms(start))
+    if end is not None:
+        left = left.where(sf.col(TIME) < date_to_ms(end) + DAY_MS)
+    originals = [column for column in left.columns if column != TIME]
+    clashes = sorted(set(originals) & set(join.output_columns()))
+    if clashes:
+        raise ValueError(f"left columns {clashes} have the names of feature columns")
+    result = left
+    for part in join.join_parts:
+        features = part_features(part, spark, left, ops)
+        condition = sf.col(TIME) == sf.col(_QUERY_TIME)
+        for index, column in enumerate(part.left_keys):  # null keys meet their null queries
+            condition &= sf.col(_quote(column)).eqNullSafe(sf.col(_query_key(index)))
+        internal = [_QUERY_TIME, *(_query_key(i) for i in range(len(part.left_keys)))]
+        result = result.join(features, condition, "left").drop(*internal)
+    return result.select(*[sf.col(_quote(c)) for c in [*originals, *join.output_columns()]])
+
+
+def part_features(
+    part: JoinPart, spark: SparkSession, left: DataFrame, ops: Mapping[str, SqlOp] = SQL_OPS
+) -> DataFrame:
+    """One part's features per distinct query: the naive join and group-by of seed 000.
+
+    Args:
+        part: the join part.
+        spark: the session.
+        left: the left rows with :data:`TIME` (as :func:`load_events` gives them).
+        ops: how each op is computed (:data:`SQL_OPS` by default).
+
+    Returns:
+        One row per distinct (left keys, time) with a non-null time: the keys as ``_tt_qk0,
+        _tt_qk1, …``, the time as ``_tt_q``, then the part's output columns.
+
+    """
+    group_by = part.group_by
+    if not isinstance(group_by.source, EventSource):
+        raise NotImplementedError(
+            f"the oracle computes GroupBys of event sources; {group_by.name!r} reads an "
+            "EntitySource")
+    aggregations = list(group_by.aggregations or ())
+    columns = list(dict.fromkeys(aggregation.column for aggregation in aggregations))
+    queries = _queries(part, left, snapshot=group_by.accuracy is Accuracy.SNAPSHOT)
+    events = _events(load_events(spark, group_by.source), group_by.keys, columns)
+
+    pairs = [(aggregation, window) for aggregation in aggregations
+             for window in aggregation.window_list]
+    on = sf.col(_EVENT_TIME) < sf.col(_AT)
+    for index in range(len(group_by.keys)):
+        on &= sf.col(_event_key(index)) == sf.col(_query_key(index))
+    starts = list(dict.fromkeys(window_interval(window, _AT)[0] for _, window in pairs))
+    if None not in starts:  # no lifetime window: events before the widest start never count
+        widest = starts[0] if len(starts) == 1 else f"least({', '.join(map(str, starts))})"
+        on &= sf.col(_EVENT_TIME) >= sf.expr(str(widest))
+
+    partials = []
+    finals = []
+    names = part.output_columns()
+    for index, ((aggregation, window), name) in enumerate(zip(pairs, names, strict=True)):
+        op = ops[aggregation.op]
+        value = _value(columns.index(aggregation.column))
+        window_start, window_end = window_interval(window, _AT)
+        keep = [f"{_EVENT_TIME} < {window_end}", f"{value} IS NOT NULL"]
+        if window_start is not None:
+            keep.insert(0, f"{_EVENT_TIME} >= {window_start}")
+        aggregate = op.aggregate.format(v=value, t=_EVENT_TIME)
+        partials.append(sf.expr(f"{aggregate} FILTER (WHERE {' AND '.join(keep)})")
+                        .alias(_partial(index)))
+        finals.append(sf.expr(_finish(op, aggregation, _partial(index))).alias(name))
+
+    query_columns = [*(_query_key(i) for i in range(len(group_by.keys))), _QUERY_TIME]
+    grouped = (queries.join(events, on, "left")
+               .groupBy(*query_columns, _AT).agg(*partials))
+    return grouped.select(*query_columns, *finals)
+
+
+def _queries(part: JoinPart, left: DataFrame, *, snapshot: bool) -> DataFrame:
+    """Distinct (keys, time) of the left rows that have a time, with when windows end."""
+    at = sf.expr(f"{TIME} - pmod({TIME}, {DAY_MS})") if snapshot else sf.col(TIME)
+    keys = [sf.col(_quote(column)).alias(_query_key(index))
+            for index, column in enumerate(part.left_keys)]
+    return (left.where(sf.col(TIME).isNotNull())
+            .select(*keys, sf.col(TIME).alias(_QUERY_TIME), at.alias(_AT))
+            .distinct())
+
+
+def _events(source: DataFrame, keys: Sequence[str], columns: Sequence[str]) -> DataFrame:
+    """Keep the events that can be placed (non-null time and keys); widen their values."""
+    placed = source.where(sf.col(TIME).isNotNull())
+    for key in keys:
+        placed = placed.where(sf.col(_quote(key)).isNotNull())
+    return placed.select(
+        *[sf.col(_quote(key)).alias(_event_key(index)) for index, key in enumerate(keys)],
+        sf.col(TIME).alias(_EVENT_TIME),
+        *[_widened(placed, column).alias(_value(index)) for index, column in enumerate(columns)],
+    )
+
+
+#: Integral values are read as bigint and floating ones as double, as the engine reads them.
+_WIDENED: Mapping[type[DataType], str] = {
+    ByteType: "bigint", ShortType: "bigint", IntegerType: "bigint",
+    LongType: "bigint", FloatType: "double", DoubleType: "double",
+}
+
+
+def _widened(frame: DataFrame, column: str) -> Column:
+    target = _WIDENED.get(type(frame.schema[column].dataType))
+    value = sf.col(_quote(column))
+    return value if target is None else value.cast(target)
+
+
+def _finish(op: SqlOp, aggregation: Aggregation, partial: str) -> str:
+    percentiles = ", ".join(_decimal(p) for p in aggregation.percentiles or ())
+    return op.finish.format(a=partial, k=aggregation.k, ps=percentiles)
+
+
+def _quote(column: str) -> str:
+    """Quote a column name as a Spark identifier, safe with dots and spaces."""
+    return "`" + column.replace("`", "``") + "`"
