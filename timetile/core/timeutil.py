@@ -33,6 +33,7 @@ def parse_duration(text: str) -> int:
 
     Raises:
         ValueError: when ``text`` is not of that form or is zero.
+
     """
     match = _DURATION.match(text) if isinstance(text, str) else None
     if match is None:

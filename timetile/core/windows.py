@@ -42,11 +42,13 @@ def window_bounds(
 
     Vectorized: O(n) for n query times.
 
-    >>> q = np.array([10_500])
+    >>> q = np.array([10_650])
+    >>> [b.tolist() for b in window_bounds(q, WindowKind.SLIDING, 1_000, None)]
+    [[9650], [10650]]
     >>> [b.tolist() for b in window_bounds(q, WindowKind.SAWTOOTH, 1_000, 300)]
-    [[9300], [10500]]
+    [[9600], [10650]]
     >>> [b.tolist() for b in window_bounds(q, WindowKind.HOPPING, 1_000, 300)]
-    [[9300], [10200]]
+    [[9600], [10500]]
     """
     q = np.asarray(query_times, dtype=np.int64)
     if kind is WindowKind.LIFETIME:

@@ -118,7 +118,9 @@ def plan_backfill(join: Join, spark: SparkSession) -> BackfillPlan:
     for part in join.join_parts:
         group_by = part.group_by
         frame = loaded[group_by.name]
-        raw_sources.append((group_by.name, group_by.source.label, frame, tuple(group_by.keys)))
+        if all(role != group_by.name for role, *_ in raw_sources):  # count a source once
+            raw_sources.append((group_by.name, group_by.source.label, frame,
+                                tuple(group_by.keys)))
         types = {name: ValueType(kind) for name, kind in coarse_schema(frame).items()
                  if kind in VALUE_TYPES}
         features = tuple(

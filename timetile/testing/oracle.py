@@ -87,6 +87,11 @@ def _non_empty(body: str) -> str:
     return f"IF(size({{a}}) = 0, NULL, {body})"
 
 
+def _without_nan(finish: str) -> str:
+    """Make a finish over a list of doubles see only its numbers (NaNs removed)."""
+    return finish.replace("{a}", "filter({a}, x -> NOT isnan(x))")
+
+
 _PAIR = "named_struct('t', {t}, 'v', {v})"  # ordered by time, ties by value (NaN largest)
 
 #: Each op of DESIGN §2 as Spark SQL (STYLE §9). Spark orders NaN above every double, which
@@ -111,25 +116,28 @@ SQL_OPS: Mapping[str, SqlOp] = {
     "skew": SqlOp("skewness({v})"),
     "kurtosis": SqlOp("kurtosis({v})"),
     "unique_count": SqlOp("count(DISTINCT {v})", "coalesce({a}, 0)"),
-    # The truth: engine tests check the sketch's estimate against its error bound.
-    "approx_unique_count": SqlOp("count(DISTINCT {v})", "coalesce({a}, 0)"),
+    # The truth: engine tests check the sketch's estimate against its error bound. HLL
+    # sketches (DataSketches, and Spark's hll_sketch_agg) skip the empty string.
+    "approx_unique_count": SqlOp("count(DISTINCT IF(CAST({v} AS STRING) = '', NULL, {v}))",
+                                 "coalesce({a}, 0)"),
     # value -> how many times it occurs; array_distinct and <=> merge NaNs and ±0.0 as
     # count(DISTINCT) does, so size(histogram) = unique_count.
     "histogram": SqlOp("collect_list({v})", _non_empty(
         "map_from_entries(transform(array_distinct({a}), "
         "x -> struct(x, CAST(size(filter({a}, y -> y <=> x)) AS BIGINT))))")),
     # The exact nearest-rank percentile (percentile_disc): the ceil(p·n)-th smallest value,
-    # the smallest for p = 0. Exact decimal arithmetic, NaN ranked above every number.
-    "approx_percentile": SqlOp("collect_list(CAST({v} AS DOUBLE))", _non_empty(
+    # the smallest for p = 0, in exact decimal arithmetic. NaNs are skipped, as KLL sketches
+    # (DataSketches, and Spark's kll_sketch_agg_double) skip them.
+    "approx_percentile": SqlOp("collect_list(CAST({v} AS DOUBLE))", _without_nan(_non_empty(
         "transform(array({ps}), p -> element_at(sort_array({a}), "
-        "CAST(greatest(1, ceil(p * size({a}))) AS INT)))")),
+        "CAST(greatest(1, ceil(p * size({a}))) AS INT)))"))),
 }
 
 
 def percentile_bounds_op(epsilon: float) -> SqlOp:
     """``approx_percentile`` as the interval a rank-ε approximation must fall in.
 
-    For the window's n values sorted ascending as ``s[1..n]`` (NaN last) and each
+    For the window's n values other than NaN sorted ascending as ``s[1..n]`` and each
     percentile p, the result is ``struct(lo, hi)`` with ``lo = s[clamp(floor((p − ε)·n))]``
     and ``hi = s[clamp(ceil((p + ε)·n) + 1)]``, indices clamped to ``[1, n]``. Any data item
     whose normalized rank is within ε of p lies in ``[lo, hi]`` whichever rank convention
@@ -139,8 +147,8 @@ def percentile_bounds_op(epsilon: float) -> SqlOp:
     at = "element_at(sort_array({a}), CAST(least(size({a}), greatest(1, {i})) AS INT))"
     lo = at.replace("{i}", f"floor((p - {eps}) * size({{a}}))")
     hi = at.replace("{i}", f"ceil((p + {eps}) * size({{a}})) + 1")
-    return SqlOp("collect_list(CAST({v} AS DOUBLE))", _non_empty(
-        f"transform(array({{ps}}), p -> named_struct('lo', {lo}, 'hi', {hi}))"))
+    return SqlOp("collect_list(CAST({v} AS DOUBLE))", _without_nan(_non_empty(
+        f"transform(array({{ps}}), p -> named_struct('lo', {lo}, 'hi', {hi}))")))
 
 
 def _decimal(number: float) -> str:

@@ -83,6 +83,7 @@ def make_aggregator(
     Raises:
         KeyError: for an unknown op.
         TypeError: for a numeric op over a non-numeric column, or a missing parameter.
+
     """
     spec = OPS[op]
     given: dict[str, Any] = {"k": k, "percentiles": percentiles}

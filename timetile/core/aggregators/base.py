@@ -49,6 +49,7 @@ class Aggregator(ABC, Generic[StateT]):
         numeric_only: whether the op accepts only ``INT`` and ``FLOAT`` columns.
         approximate: whether the result is an estimate; ``error_bound`` then says how good.
         error_bound: a sentence stating the op's error guarantee, for docs and tests.
+
     """
 
     op: ClassVar[str]
@@ -64,11 +65,11 @@ class Aggregator(ABC, Generic[StateT]):
 
     @abstractmethod
     def result_type(self) -> ResultType:
-        """The type of :meth:`finalize`'s non-null results for this input type."""
+        """Return the type of :meth:`finalize`'s non-null results for this input type."""
 
     @abstractmethod
     def init(self) -> StateT:
-        """The state of an empty input: the identity of :meth:`merge`."""
+        """Return the state of an empty input: the identity of :meth:`merge`."""
 
     @abstractmethod
     def update(self, state: StateT, values: Values, times: Times) -> StateT:
@@ -83,11 +84,12 @@ class Aggregator(ABC, Generic[StateT]):
 
     def retract(self, state: StateT, values: Values, times: Times) -> StateT:
         """Remove values that an earlier :meth:`update` folded in. Only if ``invertible``."""
+        del state, values, times
         raise TypeError(f"{self.op} is not invertible: it cannot retract values")
 
     @abstractmethod
     def finalize(self, state: StateT) -> Any:
-        """The result: a Python scalar, list or dict, or None where the contract says null."""
+        """Return the result: a Python scalar, list or dict, or None where the contract says so."""
 
     @abstractmethod
     def to_bytes(self, state: StateT) -> bytes:

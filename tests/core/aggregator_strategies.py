@@ -1,0 +1,187 @@
+"""Hypothesis strategies and comparisons shared by the aggregator tests."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from timetile.core.aggregators import OPS, Aggregator, make_aggregator
+from timetile.core.aggregators.sketches import HLL_RSE, KLL_RANK_ERROR
+from timetile.core.types import ValueType
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+K = 3
+PERCENTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
+MOMENT_OPS = {"variance", "stddev", "skew", "kurtosis"}
+
+#: Moments are computed in floating point, and merging reorders the rounding. With the values
+#: drawn by :func:`batches` for them (an offset plus small integer steps, times a power of two) the
+#: data are never nearly constant relative to their magnitude (|offset| / spread <= ~130), so
+#: results of different cuts agree to ~1e-13; 1e-9 leaves a wide margin while still catching
+#: any formula mistake (those show up at 1e-3 or worse). Skewness of symmetric data is 0 in
+#: one cut and ~1e-16 in another, hence an absolute tolerance as well. Every other op is exact:
+#: sum and avg keep exact integer sums, so they are compared with == (and NaN == NaN).
+MOMENT_TOLERANCE = 1e-9
+
+SPECIAL_FLOATS = [
+    0.0, -0.0, math.nan, math.inf, -math.inf,
+    5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, -1.7976931348623157e308,
+    1e300, -1e300, 1e-300, 0.1, 1.0, 2.0,
+]
+
+ALL_CASES = [
+    (op, value_type)
+    for op, spec in OPS.items()
+    for value_type in ValueType
+    if value_type.numeric or not spec.numeric_only
+]
+
+
+def build(op: str, value_type: ValueType) -> Aggregator[Any]:
+    """The aggregator for ``op`` with the test parameters (k, percentiles)."""
+    return make_aggregator(op, value_type, k=K, percentiles=PERCENTILES)
+
+
+def scalars(value_type: ValueType) -> st.SearchStrategy[Any]:
+    """Column values of every awkward kind, with many duplicates."""
+    return _SCALARS[value_type]
+
+
+_SCALARS: dict[ValueType, st.SearchStrategy[Any]] = {
+    ValueType.INT: st.one_of(
+        st.integers(-3, 3),
+        st.sampled_from([INT64_MIN, INT64_MAX, INT64_MAX - 1, 2**53 + 1]),
+        st.integers(INT64_MIN, INT64_MAX),
+    ),
+    ValueType.FLOAT: st.one_of(
+        st.sampled_from(SPECIAL_FLOATS),
+        st.integers(-3, 3).map(float),
+        st.floats(allow_nan=True, allow_infinity=True),
+    ),
+    ValueType.STRING: st.one_of(
+        st.sampled_from(["", "a", "b", "A", "ab", "ä", "日本", "😀", "\x00"]),
+        st.text(max_size=4),
+    ),
+    ValueType.BOOL: st.booleans(),
+}
+
+_TIES = st.integers(0, 3)
+TIMES = st.one_of(_TIES, _TIES, st.integers(-(2**40), 2**40))
+
+# Moment data: small integer steps (or, rarely, a special value), then an offset and a
+# power-of-two scale drawn once per example. Scaling by 2**e is exact, so huge and tiny data
+# (2**-120 .. 2**120) are exactly as well conditioned as small integers.
+_STEPS = st.one_of(*[st.integers(-30, 30)] * 6, st.sampled_from(["nan", "inf", "-inf", "-0"]))
+_SPECIAL_STEPS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "-0": -0.0}
+_MOMENT_SCALE = st.tuples(st.sampled_from([0, 10, -100]), st.integers(-120, 120))
+
+
+def _moment_value(value_type: ValueType, step: Any, offset: int, exponent: int) -> Any:
+    if value_type is ValueType.INT:
+        return (step if isinstance(step, int) else 0) * (1 << (exponent % 21)) + offset
+    if isinstance(step, str):
+        return _SPECIAL_STEPS[step]
+    return math.ldexp(float(step + offset), exponent)
+
+
+Batch = tuple[np.ndarray, np.ndarray]
+
+
+@functools.cache
+def batches(
+    op: str, value_type: ValueType, count: int, max_size: int = 10
+) -> st.SearchStrategy[list[Batch]]:
+    """``count`` batches of (values, times) of at most ``max_size`` events; many ties in time."""
+    moments = op in MOMENT_OPS
+    step = _STEPS if moments else scalars(value_type)
+    events = st.lists(st.tuples(step, TIMES), max_size=max_size)
+    event_lists = st.lists(events, min_size=count, max_size=count)
+
+    def build_batches(drawn: tuple[tuple[int, int], list[list[tuple[Any, int]]]]) -> list[Batch]:
+        (offset, exponent), parts = drawn
+        out = []
+        for events in parts:
+            values = [
+                _moment_value(value_type, value, offset, exponent) if moments else value
+                for value, _ in events
+            ]
+            out.append(to_batch(value_type, values, [time for _, time in events]))
+        return out
+
+    return st.tuples(_MOMENT_SCALE, event_lists).map(build_batches)
+
+
+def to_batch(value_type: ValueType, values: list[Any], times: list[int]) -> Batch:
+    """Arrays of the column's dtype and int64 times."""
+    array = np.empty(len(values), dtype=value_type.numpy_dtype)
+    array[:] = values
+    return array, np.array(times, dtype=np.int64)
+
+
+def concat(parts: list[Batch]) -> Batch:
+    """One batch holding all of ``parts``, in order."""
+    values = np.concatenate([values for values, _ in parts]) if parts else np.array([])
+    times = np.concatenate([times for _, times in parts]) if parts else np.array([], np.int64)
+    return values, times.astype(np.int64)
+
+
+def same(op: str, got: Any, want: Any) -> bool:
+    """Results agree: NaN equals NaN, moments within :data:`MOMENT_TOLERANCE`, maps in order."""
+    if isinstance(got, list) and isinstance(want, list):
+        return len(got) == len(want) and all(
+            same(op, a, b) for a, b in zip(got, want, strict=True)
+        )
+    if isinstance(got, float) and isinstance(want, float):
+        if math.isnan(got) or math.isnan(want):
+            return math.isnan(got) and math.isnan(want)
+        if op in MOMENT_OPS:
+            return math.isclose(got, want, rel_tol=MOMENT_TOLERANCE, abs_tol=MOMENT_TOLERANCE)
+        return got == want
+    if isinstance(got, dict) and list(got) != list(want):  # NaN keys are one shared object
+        return False
+    return type(got) is type(want) and got == want
+
+
+def true_distinct(value_type: ValueType, values: np.ndarray) -> int:
+    """What ``approx_unique_count`` estimates: distinct values, '' not counted (DataSketches)."""
+    items = values.tolist()
+    if value_type is ValueType.FLOAT:
+        items = ["nan" if math.isnan(x) else x + 0.0 for x in items]
+    return len({x for x in items if x != ""})
+
+
+def check_within_bound(agg: Aggregator[Any], result: Any, values: np.ndarray) -> None:
+    """Assert an approximate result honours the op's stated bound on ``values``."""
+    if agg.op == "approx_unique_count":
+        truth = true_distinct(agg.input_type, values)
+        assert abs(result - truth) <= 3 * HLL_RSE * truth + 1, (result, truth)
+        return
+    data = np.sort(np.asarray(values, dtype=np.float64))
+    data = data[~np.isnan(data)]
+    if len(data) == 0:
+        assert result is None
+        return
+    for rank, quantile in zip(agg.percentiles, result, strict=True):  # type: ignore[attr-defined]
+        below = np.searchsorted(data, quantile, side="left") / len(data)
+        at_or_below = np.searchsorted(data, quantile, side="right") / len(data)
+        assert quantile in set(data.tolist()), quantile
+        assert below - KLL_RANK_ERROR <= rank <= at_or_below + KLL_RANK_ERROR, (rank, quantile)
+
+
+def agree(agg: Aggregator[Any], got: Any, want: Any, values: np.ndarray) -> None:
+    """Assert two results of the same input agree (approximate ops: both within the bound)."""
+    if agg.approximate:
+        check_within_bound(agg, got, values)
+        check_within_bound(agg, want, values)
+    else:
+        assert same(agg.op, got, want), (got, want)
+
+
+def empty_result(op: str) -> Any:
+    """The contract's result for an empty window."""
+    return 0 if op in {"count", "unique_count", "approx_unique_count"} else None
+

@@ -1,0 +1,253 @@
+"""The command line, in-process with typer's CliRunner, on the session-wide SparkSession.
+
+The CLI uses the active session when there is one, so every test here shares the ``spark``
+fixture's session and never starts (or stops) another.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
+
+from timetile import __version__
+from timetile.cli import app
+
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
+
+DAY = 86_400_000
+HOUR = 3_600_000
+JAN_1 = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+ENV = {"COLUMNS": "200"}
+
+#: Table name → Parquet path.
+Paths = dict[str, str]
+
+DEFS = """
+import timetile as tt
+
+views = tt.EventSource({views!r}, time_column="ts")
+user_views = tt.GroupBy(
+    name="user_views",
+    source=views,
+    keys=["user_id"],
+    aggregations=[
+        tt.Aggregation({column!r}, "sum", windows=["1d"]),
+        tt.Aggregation("listing_id", "last_k", k=2, windows=["7d"]),
+    ],
+)
+tiny_model = tt.Join(name="tiny_model", left=tt.EventSource({checkouts!r}, time_column="ts"),
+                     parts=[user_views])
+same_model = tiny_model
+"""
+
+
+@pytest.fixture(scope="module")
+def data(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Paths:
+    """Views and checkouts as Parquet: a null-time checkout and a duplicate among them."""
+    root = tmp_path_factory.mktemp("cli-data")
+    views = [
+        (1, 10, JAN_1 + 1 * DAY, 5.0),
+        (1, 11, JAN_1 + 1 * DAY + 2 * HOUR, 7.0),
+        (1, 12, JAN_1 + 2 * DAY, None),
+        (2, 20, JAN_1 + 1 * DAY + HOUR, 3.0),
+    ]
+    checkouts = [
+        (1, JAN_1 + 1 * DAY + 3 * HOUR),
+        (1, JAN_1 + 1 * DAY + 3 * HOUR),  # duplicate: comes back twice
+        (2, JAN_1 + 2 * DAY),
+        (1, JAN_1 + 2 * DAY),  # exactly at a view: that view does not count
+        (2, None),  # no time: left out and reported
+    ]
+    paths = {"views": str(root / "views"), "checkouts": str(root / "checkouts")}
+    spark.createDataFrame(views, "user_id long, listing_id long, ts long, duration double") \
+        .coalesce(1).write.parquet(paths["views"])
+    spark.createDataFrame(checkouts, "user_id long, ts long").coalesce(1) \
+        .write.parquet(paths["checkouts"])
+    return paths
+
+
+def write_defs(path: Path, data: Paths, column: str = "duration",
+               extra: str = "") -> Path:
+    path.write_text(DEFS.format(column=column, **data) + extra)
+    return path
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def test_version(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"timetile {__version__}"
+
+
+@pytest.mark.parametrize("command", [[], ["backfill"], ["demo"]])
+def test_every_help_shows_an_example(runner: CliRunner, command: list[str]) -> None:
+    result = runner.invoke(app, [*command, "--help"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "Example" in result.stdout
+    assert "timetile " in result.stdout
+
+
+def test_backfill_writes_the_output_and_reports(
+    runner: CliRunner, spark: SparkSession, data: Paths, tmp_path: Path
+) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    output = tmp_path / "out"
+    result = runner.invoke(app, ["backfill", str(defs), "--start", "2024-01-01", "--end",
+                                 "2024-01-31", "--output", str(output), "--show", "2"], env=ENV)
+    assert result.exit_code == 0, result.output
+    frame = spark.read.parquet(str(output))
+    assert frame.count() == 4  # every left row with a time, the duplicate twice
+    assert frame.columns == ["user_id", "ts", "user_views_duration_sum_1d",
+                             "user_views_listing_id_last_k_7d"]
+    at_2d = {row["user_id"]: row for row in frame.where(f"ts = {JAN_1 + 2 * DAY}").collect()}
+    assert at_2d[1]["user_views_duration_sum_1d"] == 12.0  # [q - 1d, q): 5.0 is at q - 1d
+    assert at_2d[1]["user_views_listing_id_last_k_7d"] == [11, 10]  # 12 is at q: not seen
+    out = result.stdout
+    assert "rows read" in out
+    assert "1 time null or unparseable" in out  # the null-time checkout, and why
+    for stage in ("plan", "count input", "compute+write"):
+        assert stage in out
+    assert f"wrote 4 rows to {output}" in out
+    assert "row 2" in out  # --show 2
+    assert "Traceback" not in result.output
+
+
+def test_backfill_csv_writes_lists_as_json(
+    runner: CliRunner, spark: SparkSession, data: Paths, tmp_path: Path
+) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    output = tmp_path / "out.csv"
+    result = runner.invoke(app, ["backfill", str(defs), "--start", "2024-01-02", "--end",
+                                 "2024-01-02", "--output", str(output), "--format", "csv"],
+                           env=ENV)
+    assert result.exit_code == 0, result.output
+    rows = spark.read.option("header", True).csv(str(output)).collect()
+    assert [row["user_views_listing_id_last_k_7d"] for row in rows] == ["[11,10]", "[11,10]"]
+
+
+def error_of(runner: CliRunner, args: list[str]) -> str:
+    """Run, expect exit code 2 and no traceback; the message, on one line."""
+    result = runner.invoke(app, args, env=ENV)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    return " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(("start", "end", "message"), [
+    ("2024-13-01", "2024-01-31", "--start '2024-13-01' is not a date"),
+    ("2024-01-01", "31/01/2024", "--end '31/01/2024' is not a date"),
+    ("2024-02-01", "2024-01-01", "--start 2024-02-01 is after --end 2024-01-01"),
+])
+def test_bad_dates(
+    runner: CliRunner, data: Paths, tmp_path: Path, *, start: str, end: str, message: str
+) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    stderr = error_of(runner, ["backfill", str(defs), "--start", start, "--end", end,
+                               "--output", str(tmp_path / "out")])
+    assert message in stderr
+    assert "YYYY-MM-DD" in stderr or "start <= end" in stderr
+
+
+def backfill_args(defs: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return ["backfill", str(defs), "--start", "2024-01-01", "--end", "2024-01-31",
+            "--output", str(tmp_path / "out"), *extra]
+
+
+def test_missing_file(runner: CliRunner, tmp_path: Path) -> None:
+    stderr = error_of(runner, backfill_args(tmp_path / "nope.py", tmp_path))
+    assert "nope.py does not exist" in stderr
+
+
+def test_file_without_a_join(runner: CliRunner, tmp_path: Path) -> None:
+    defs = tmp_path / "empty.py"
+    defs.write_text("import timetile as tt\nviews = tt.EventSource('events.views')\n")
+    stderr = error_of(runner, backfill_args(defs, tmp_path))
+    assert "empty.py defines no tt.Join at module level" in stderr
+
+
+def test_several_joins_need_join(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+    second = ("\nother_model = tt.Join(name='other_model', left=tiny_model.left, "
+              "parts=[user_views])\n")
+    defs = write_defs(tmp_path / "defs.py", data, extra=second)
+    stderr = error_of(runner, backfill_args(defs, tmp_path))
+    assert "defines several Joins: tiny_model, other_model" in stderr
+    assert "--join NAME" in stderr
+    stderr = error_of(runner, backfill_args(defs, tmp_path, "--join", "nope"))
+    assert "no Join named 'nope'" in stderr
+
+
+def test_unknown_column_is_a_definition_error(
+    runner: CliRunner, data: Paths, tmp_path: Path
+) -> None:
+    defs = write_defs(tmp_path / "defs.py", data, column="durration")
+    stderr = error_of(runner, backfill_args(defs, tmp_path))
+    assert "The definition cannot work" in stderr
+    assert "parts[0].aggregations[0].column: 'durration' is not a column" in stderr
+    assert "did you mean 'duration'?" in stderr
+
+
+def test_definition_error_while_loading(runner: CliRunner, tmp_path: Path) -> None:
+    defs = tmp_path / "defs.py"
+    defs.write_text("import timetile as tt\ntt.Aggregation('duration', 'summ', windows=['1d'])\n")
+    stderr = error_of(runner, backfill_args(defs, tmp_path))
+    assert "'summ' is not an op" in stderr
+
+
+def test_file_that_fails_to_run(runner: CliRunner, tmp_path: Path) -> None:
+    defs = tmp_path / "defs.py"
+    defs.write_text("import timetile as tt\nundefined_name\n")
+    stderr = error_of(runner, backfill_args(defs, tmp_path))
+    assert "failed to run: NameError" in stderr
+
+
+def test_strict_fails_on_rows_without_time(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    stderr = error_of(runner, backfill_args(defs, tmp_path, "--strict"))
+    assert "Bad input (--strict)" in stderr
+    assert "1 of 5 rows have a null or unparseable time" in stderr
+
+
+def test_existing_output_needs_overwrite(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    (tmp_path / "out").mkdir()
+    stderr = error_of(runner, backfill_args(defs, tmp_path))
+    assert "already exists" in stderr
+    assert "--overwrite" in stderr
+
+
+def test_missing_input_path(runner: CliRunner, tmp_path: Path) -> None:
+    data = {"views": str(tmp_path / "no-views"), "checkouts": str(tmp_path / "no-checkouts")}
+    defs = write_defs(tmp_path / "defs.py", data)
+    stderr = error_of(runner, backfill_args(defs, tmp_path))
+    assert "Spark could not read an input" in stderr
+    assert "no-" in stderr
+
+
+def test_debug_shows_the_traceback(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, backfill_args(tmp_path / "nope.py", tmp_path, "--debug"),
+                           env=ENV)
+    assert result.exit_code == 2
+    assert "Traceback" in result.stderr
+    assert "does not exist" in result.stderr
+
+
+def test_demo_runs_end_to_end(runner: CliRunner, spark: SparkSession, tmp_path: Path) -> None:
+    output = tmp_path / "features"
+    result = runner.invoke(app, ["demo", "--data-dir", str(tmp_path / "data"), "--events",
+                                 "3000", "--output", str(output), "--show", "2"], env=ENV)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for line in ("generate data (3,000 views)", "compute+write done", "timetile demo:",
+                 "features  22 columns from 3 parts", "rows left out  2 from left",
+                 "user_views_listing_id_last_k_30d", "seller_user_purchases_amount_count"):
+        assert line in out
+    frame = spark.read.parquet(str(output))
+    assert "user_purchases_amount_sum_30d_hop1d" in frame.columns
+    assert f"rows  {frame.count():,} " in out
