@@ -49,7 +49,7 @@ setup() {
 
 run_tests() {
     say "ruff"
-    "$VENV/bin/ruff" check timetile tests benchmarks examples
+    "$VENV/bin/ruff" check .
     say "mypy"
     "$VENV/bin/mypy"
     say "pytest"
