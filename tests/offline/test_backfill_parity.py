@@ -104,8 +104,9 @@ def within_hll_bound(estimate: int, truth: int) -> bool:
     return abs(estimate - truth) <= 3 * HLL_RSE * truth
 
 
-def test_backfill_equals_the_oracle(spark: Any, join: tt.Join) -> None:
-    ours = by_row(tt.backfill(join, spark).collect())
+@pytest.mark.parametrize("executor", ["tiled", "interval_tree", "reference"])
+def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, executor: str) -> None:
+    ours = by_row(tt.backfill(join, spark, executor=executor).collect())
     epsilon = KLL_RANK_ERROR
     theirs = by_row(percentile_rank_bounds(join, spark, epsilon).collect())
     assert len(ours) == len(theirs) == 160

@@ -15,8 +15,13 @@ from pyspark.sql import functions as F
 
 from timetile.api.join import Join
 from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.offline.interval_tree_executor import (
+    BROADCAST_QUERY_LIMIT,
+    interval_tree_features,
+)
 from timetile.offline.plan import BackfillPlan, PartPlan, plan_backfill
 from timetile.offline.reference_executor import reference_features
+from timetile.offline.tiled_executor import tiled_features
 from timetile.offline.report import BadInputError, JobReport, SourceCounts
 from timetile.offline.sources import TIME
 
@@ -25,9 +30,17 @@ log = logging.getLogger(__name__)
 #: An executor computes a part's features for a frame of distinct (keys, time) queries.
 Executor = Callable[[PartPlan, DataFrame], DataFrame]
 
-#: The executors by name; ``backfill(executor=...)`` picks one.
-EXECUTORS: Mapping[str, Executor] = {"reference": reference_features}
-DEFAULT_EXECUTOR = "reference"
+#: The executors by name; ``backfill(executor=...)`` picks one, or ``"auto"`` (the default)
+#: picks per part: ``interval_tree`` when the part's distinct queries fit in memory
+#: (:data:`BROADCAST_QUERY_LIMIT`), ``tiled`` otherwise. ``reference`` is the brute-force
+#: executor the others are checked against.
+EXECUTORS: Mapping[str, Executor] = {
+    "tiled": tiled_features,
+    "interval_tree": interval_tree_features,
+    "reference": reference_features,
+}
+AUTO = "auto"
+DEFAULT_EXECUTOR = AUTO
 
 
 class BackfillJob:
@@ -61,8 +74,9 @@ class BackfillJob:
         strict: bool = False,
         executor: str = DEFAULT_EXECUTOR,
     ) -> None:
-        if executor not in EXECUTORS:
-            raise ValueError(f"executor {executor!r} is unknown: use one of {', '.join(EXECUTORS)}")
+        if executor != AUTO and executor not in EXECUTORS:
+            raise ValueError(f"executor {executor!r} is unknown: use {AUTO!r} or one of "
+                             f"{', '.join(EXECUTORS)}")
         self.join = join
         self.spark = spark
         self.range_ms = _time_range(start, end)
@@ -97,8 +111,12 @@ class BackfillJob:
                                      "not returned")
         result = left
         feature_columns: list[str] = []
+        paths = []
         for part in self.plan.parts:
-            features = EXECUTORS[self.executor](part, part.queries(left))
+            queries = part.queries(left)
+            path = self._choose(part, queries)
+            paths.append(f"{part.part.group_by.name}: {path}")
+            features = EXECUTORS[path](part, queries)
             renamed = {name: f"_tt_p{len(feature_columns)}_{name}"
                        for name in (*part.keys, TIME)}
             features = features.withColumnsRenamed(renamed)
@@ -107,7 +125,16 @@ class BackfillJob:
                 condition &= result[left_key].eqNullSafe(features[renamed[key]])
             result = result.join(features, on=condition, how="left").drop(*renamed.values())
             feature_columns.extend(feature.name for feature in part.features)
+        self.report.path = ", ".join(paths)
         return result.select(*self.plan.left_columns, *feature_columns)
+
+    def _choose(self, part: PartPlan, queries: DataFrame) -> str:
+        """Return the executor for one part: the one asked for, or by its query count."""
+        if self.executor != AUTO:
+            return self.executor
+        with self.report.stage("count queries"):
+            small = queries.limit(BROADCAST_QUERY_LIMIT + 1).count() <= BROADCAST_QUERY_LIMIT
+        return "interval_tree" if small else "tiled"
 
 
 def _time_range(start: str | None, end: str | None) -> tuple[int, int] | None:

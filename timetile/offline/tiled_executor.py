@@ -1,0 +1,351 @@
+"""The tiled executor: hop partials, heads, tail edges and tails (DESIGN §4, seed 000).
+
+For hop size ``H`` (:func:`timetile.core.tiling.choose_hop`) a window ``[s, e)`` of a query
+splits into a **tail edge** (events of hop ``floor(s, H)`` at or after ``s``), a **tail** (the
+whole hops in ``[ceil(s, H), floor(e, H))``) and a **head** (events of hop ``floor(e, H)``
+before ``e``). Three Spark stages compute them:
+
+1. *hop pass* — events and head/edge requests, partitioned by (key, hop) and sorted: one
+   merging scan per group gives the hop's partial state, each head's prefix state and each
+   edge's suffix state. No task holds more than one hop of one key's raw events, which bounds
+   skew.
+2. *tail pass* — hop partials and tail requests, partitioned by key: a range index over the
+   key's partials (prefix differences for invertible ops, a segment tree otherwise) answers
+   each tail in O(1) or O(log n) merges.
+3. *assembly* — each query's edge, tail and head states merged in time order and finalized.
+
+Every stage streams sorted partitions through ``mapInArrow`` (:mod:`.sorted_groups`), so
+Python is called once per batch, not once per group. States cross stages as bytes
+(``to_bytes``), and every state is computed by the core's aggregators: the same code as the
+reference executor and the online fetcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from timetile.core.aggregators import Aggregator
+from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_states
+from timetile.core.windows import MIN_TIME, WindowKind
+from timetile.offline.plan import Feature, PartPlan
+from timetile.offline.reference_executor import build_aggregator, non_null, output_schema
+from timetile.offline.sorted_groups import group_bounds, whole_groups
+from timetile.offline.sources import TIME
+
+HOP = "_tt_hop"
+BOUND = "_tt_bound"
+SIDE = "_tt_side"
+KIND = "_tt_kind"
+HIGH = "_tt_high"
+WINDOW = "_tt_window"
+ORDER = "_tt_order"
+
+#: What a stage-1 output row holds: a hop's partial, a head's prefix, an edge's suffix.
+PARTIAL, PREFIX, SUFFIX = 0, 1, 2
+#: Order in which a window's pieces are merged: edge, tail, head (time order).
+ANCHOR, EDGE, TAIL, HEAD = 0, 1, 2, 3
+
+
+def state_column(index: int) -> str:
+    """The column holding the state bytes of the ``index``-th distinct aggregator."""
+    return f"_tt_state_{index}"
+
+
+@dataclass(frozen=True)
+class TiledLayout:
+    """What the stages share: the part's distinct aggregators, windows and hop size."""
+
+    keys: tuple[str, ...]
+    features: tuple[Feature, ...]
+    aggregations: tuple[Feature, ...]  # one representative feature per distinct aggregator
+    feature_aggregator: tuple[int, ...]  # feature index → aggregator index
+    windows: tuple[Any, ...]  # distinct windows (None = lifetime)
+    feature_window: tuple[int, ...]  # feature index → window index
+    hop_ms: int
+
+    @classmethod
+    def of(cls, plan: PartPlan) -> TiledLayout:
+        """Index a part's features by distinct aggregator and window."""
+        aggregator_ids: dict[tuple[Any, ...], int] = {}
+        window_ids: dict[Any, int] = {}
+        representatives: list[Feature] = []
+        for feature in plan.features:
+            aggregation = feature.aggregation
+            signature = (aggregation.column, aggregation.op, aggregation.k,
+                         aggregation.percentiles)
+            if signature not in aggregator_ids:
+                aggregator_ids[signature] = len(aggregator_ids)
+                representatives.append(feature)
+            window_ids.setdefault(feature.window, len(window_ids))
+        windows = tuple(window_ids)
+        specs = [(WindowKind.LIFETIME, None, None) if window is None
+                 else (window.window_kind, window.length_ms, window.hop_ms)
+                 for window in windows]
+        return cls(
+            keys=tuple(plan.keys),
+            features=plan.features,
+            aggregations=tuple(representatives),
+            feature_aggregator=tuple(
+                aggregator_ids[(f.aggregation.column, f.aggregation.op, f.aggregation.k,
+                                f.aggregation.percentiles)] for f in plan.features),
+            windows=windows,
+            feature_window=tuple(window_ids[f.window] for f in plan.features),
+            hop_ms=choose_hop(specs),
+        )
+
+    def aggregators(self) -> list[Aggregator[Any]]:
+        """Fresh aggregators, one per distinct aggregation (built in each task)."""
+        return [build_aggregator(feature) for feature in self.aggregations]
+
+    @property
+    def state_columns(self) -> list[str]:
+        """The state columns, one per distinct aggregator."""
+        return [state_column(i) for i in range(len(self.aggregations))]
+
+
+def _floor(column: Column, hop: int) -> Column:
+    return column - F.pmod(column, F.lit(hop))
+
+
+def _window_bounds(window: Any, q: Column) -> tuple[Column | None, Column]:
+    """``[start, end)`` of a window at query time ``q`` as Spark columns (None: unbounded)."""
+    if window is None:
+        return None, q
+    kind = window.window_kind
+    if kind is WindowKind.SLIDING:
+        return q - F.lit(window.length_ms), q
+    start = _floor(q - F.lit(window.length_ms), window.hop_ms)
+    return start, (q if kind is WindowKind.SAWTOOTH else _floor(q, window.hop_ms))
+
+
+def _pieces(layout: TiledLayout) -> Column:
+    """Per query, an array of every window's pieces: anchor, edge, tail and head."""
+    hop, q = layout.hop_ms, F.col(TIME)
+    piece = "struct<w:int,o:int,hop:bigint,bound:bigint,high:bigint>"
+    made: list[Column] = []
+    for index, window in enumerate(layout.windows):
+        start, end = _window_bounds(window, q)
+        w = F.lit(index)
+
+        def make(order: int, hop_start: Column | None, bound: Column | None,
+                 high: Column | None, w: Column = w) -> Column:
+            null = F.lit(None).cast("bigint")
+            return F.struct(w.alias("w"), F.lit(order).alias("o"),
+                            (null if hop_start is None else hop_start).alias("hop"),
+                            (null if bound is None else bound).alias("bound"),
+                            (null if high is None else high).alias("high"))
+
+        end_hop = _floor(end, hop)
+        made.append(make(ANCHOR, None, None, None))
+        made.append(F.when(end != end_hop, make(HEAD, end_hop, end, None)))
+        if start is None:
+            made.append(make(TAIL, None, F.lit(MIN_TIME), end_hop))
+        else:
+            start_hop = _floor(start, hop)
+            aligned = start == start_hop
+            made.append(F.when(~aligned, make(EDGE, start_hop, start, None)))
+            tail_low = F.when(aligned, start).otherwise(start_hop + F.lit(hop))
+            made.append(F.when(tail_low < end_hop, make(TAIL, None, tail_low, end_hop)))
+    return F.filter(F.array(*made).cast(f"array<{piece}>"), lambda p: p.isNotNull())
+
+
+class HopPass:
+    """Stage 1 over one partition: per (key, hop), the partial and the requested scans."""
+
+    def __init__(self, layout: TiledLayout, schema: pa.Schema) -> None:
+        self.layout = layout
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Yield stage-1 rows for every whole (key, hop) group of the partition."""
+        aggregators = self.layout.aggregators()
+        group_columns = [*self.layout.keys, HOP]
+        for table in whole_groups(batches, group_columns):
+            rows: dict[str, list[Any]] = {name: [] for name in self.schema.names}
+            is_request = table.column(KIND).to_numpy(zero_copy_only=False) == 1
+            for begin, end in group_bounds(table, group_columns):
+                self._group(table.slice(begin, end - begin), is_request[begin:end],
+                            aggregators, rows)
+            yield from pa.Table.from_pydict(rows, schema=self.schema).to_batches()
+
+    def _group(self, group: pa.Table, is_request: np.ndarray,
+               aggregators: list[Aggregator[Any]], rows: dict[str, list[Any]]) -> None:
+        events = group.filter(pa.array(~is_request))
+        requests = group.filter(pa.array(is_request))
+        times = events.column(TIME).to_numpy().astype(np.int64)
+        bounds = requests.column(TIME).to_numpy().astype(np.int64)
+        sides = requests.column(SIDE).to_numpy(zero_copy_only=False)
+        key_values = [group.column(key)[0].as_py() for key in self.layout.keys]
+        hop = group.column(HOP)[0].as_py()
+        states: list[list[bytes]] = []
+        for aggregator, feature in zip(aggregators, self.layout.aggregations, strict=True):
+            values, value_times = non_null(events.column(feature.aggregation.column), times,
+                                           feature.input_type)
+            column: list[bytes] = [aggregator.to_bytes(aggregator.fold(values, value_times))]
+            prefixes = prefix_states(aggregator, value_times, values, bounds[sides == PREFIX])
+            suffixes = suffix_states(aggregator, value_times, values, bounds[sides == SUFFIX])
+            column += [aggregator.to_bytes(state) for state in prefixes]
+            column += [aggregator.to_bytes(state) for state in suffixes]
+            states.append(column)
+        order = [(PARTIAL, None),
+                 *((PREFIX, int(b)) for b in bounds[sides == PREFIX]),
+                 *((SUFFIX, int(b)) for b in bounds[sides == SUFFIX])]
+        for position, (side, bound) in enumerate(order):
+            for name, value in zip(self.layout.keys, key_values, strict=True):
+                rows[name].append(value)
+            rows[HOP].append(hop)
+            rows[BOUND].append(bound)
+            rows[SIDE].append(side)
+            for index, column_states in enumerate(states):
+                rows[state_column(index)].append(column_states[position])
+
+
+class TailPass:
+    """Stage 2 over one partition: per key, every tail from a range index over its partials."""
+
+    def __init__(self, layout: TiledLayout, schema: pa.Schema) -> None:
+        self.layout = layout
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Yield one row per tail request of every whole key group of the partition."""
+        aggregators = self.layout.aggregators()
+        keys = list(self.layout.keys)
+        for table in whole_groups(batches, keys):
+            rows: dict[str, list[Any]] = {name: [] for name in self.schema.names}
+            for begin, end in group_bounds(table, keys):
+                self._key(table.slice(begin, end - begin), aggregators, rows)
+            yield from pa.Table.from_pydict(rows, schema=self.schema).to_batches()
+
+    def _key(self, group: pa.Table, aggregators: list[Aggregator[Any]],
+             rows: dict[str, list[Any]]) -> None:
+        is_request = group.column(KIND).to_numpy(zero_copy_only=False) == 1
+        partials = group.filter(pa.array(~is_request))
+        requests = group.filter(pa.array(is_request))
+        if requests.num_rows == 0:
+            return
+        hops = partials.column(HOP).to_numpy().astype(np.int64)
+        lows = np.searchsorted(hops, requests.column(HOP).to_numpy().astype(np.int64))
+        highs = np.searchsorted(hops, requests.column(HIGH).to_numpy().astype(np.int64))
+        copied = [*((key, key) for key in self.layout.keys), (HOP, BOUND), (HIGH, HIGH)]
+        for source, target in copied:
+            rows[target].extend(requests.column(source).to_pylist())
+        for index, aggregator in enumerate(aggregators):
+            states = [aggregator.from_bytes(data)
+                      for data in partials.column(state_column(index)).to_pylist()]
+            index_structure = range_index(aggregator, states)
+            rows[state_column(index)].extend(
+                aggregator.to_bytes(index_structure.query(int(low), int(high)))
+                for low, high in zip(lows.tolist(), highs.tolist(), strict=True))
+
+
+class Assembly:
+    """Stage 3 over one partition: per query, merge each window's pieces and finalize."""
+
+    def __init__(self, layout: TiledLayout, schema: pa.Schema) -> None:
+        self.layout = layout
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Yield one finished row per query."""
+        aggregators = self.layout.aggregators()
+        results_of = [aggregators[i] for i in self.layout.feature_aggregator]
+        group_columns = [*self.layout.keys, TIME]
+        for table in whole_groups(batches, group_columns):
+            rows: dict[str, list[Any]] = {name: [] for name in self.schema.names}
+            windows = table.column(WINDOW).to_numpy(zero_copy_only=False)
+            state_lists = [table.column(name).to_pylist() for name in self.layout.state_columns]
+            for begin, end in group_bounds(table, group_columns):
+                for name in group_columns:
+                    rows[name].append(table.column(name)[begin].as_py())
+                for feature_index, aggregator in enumerate(results_of):
+                    state = aggregator.init()
+                    window = self.layout.feature_window[feature_index]
+                    states = state_lists[self.layout.feature_aggregator[feature_index]]
+                    for row in range(begin, end):
+                        if windows[row] == window and states[row] is not None:
+                            state = aggregator.merge(state, aggregator.from_bytes(states[row]))
+                    result = aggregator.finalize(state)
+                    if isinstance(result, dict):
+                        result = list(result.items())
+                    rows[self.layout.features[feature_index].name].append(result)
+            yield from pa.Table.from_pydict(rows, schema=self.schema).to_batches()
+
+
+def _binary_fields(layout: TiledLayout) -> list[T.StructField]:
+    return [T.StructField(name, T.BinaryType()) for name in layout.state_columns]
+
+
+def tiled_features(plan: PartPlan, queries: DataFrame) -> DataFrame:
+    """Every feature of ``plan`` at every query, by the three tiled stages."""
+    layout = TiledLayout.of(plan)
+    keys = list(layout.keys)
+    key_fields = [queries.schema[key] for key in keys]
+    spark = queries.sparkSession
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
+    hop = layout.hop_ms
+
+    pieces = queries.select(*keys, TIME, F.explode(_pieces(layout)).alias("p")).select(
+        *keys, TIME, F.col("p.w").alias(WINDOW), F.col("p.o").alias(ORDER),
+        F.col("p.hop").alias(HOP), F.col("p.bound").alias(BOUND), F.col("p.high").alias(HIGH))
+
+    # Stage 1: hop pass over events and head/edge requests, by (key, hop).
+    scans = pieces.where(F.col(ORDER).isin(EDGE, HEAD)).select(
+        *keys, HOP, F.col(BOUND).alias(TIME),
+        F.when(F.col(ORDER) == HEAD, PREFIX).otherwise(SUFFIX).alias(SIDE)).distinct()
+    value_columns = [c for c in plan.events.columns if c not in (*keys, TIME)]
+    events = plan.events.select(*keys, _floor(F.col(TIME), hop).alias(HOP), TIME,
+                                F.lit(0).alias(KIND), F.lit(None).cast("int").alias(SIDE),
+                                *value_columns)
+    requests = scans.select(*keys, HOP, TIME, F.lit(1).alias(KIND), SIDE,
+                            *[F.lit(None).cast(events.schema[c].dataType).alias(c)
+                              for c in value_columns])
+    stage1_schema = T.StructType([*key_fields, T.StructField(HOP, T.LongType()),
+                                  T.StructField(BOUND, T.LongType()),
+                                  T.StructField(SIDE, T.IntegerType()),
+                                  *_binary_fields(layout)])
+    stage1 = (events.unionByName(requests)
+              .repartition(partitions, *keys, HOP)
+              .sortWithinPartitions(*keys, HOP, TIME, KIND)
+              .mapInArrow(HopPass(layout, to_arrow_schema(stage1_schema)), stage1_schema))
+
+    # Stage 2: tail pass over hop partials and tail requests, by key.
+    partials = stage1.where(F.col(SIDE) == PARTIAL).select(
+        *keys, HOP, F.lit(None).cast("bigint").alias(HIGH), F.lit(0).alias(KIND),
+        *layout.state_columns)
+    tails = pieces.where(F.col(ORDER) == TAIL).select(
+        *keys, F.col(BOUND).alias(HOP), HIGH, F.lit(1).alias(KIND),
+        *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns]).distinct()
+    stage2_schema = T.StructType([*key_fields, T.StructField(BOUND, T.LongType()),
+                                  T.StructField(HIGH, T.LongType()), *_binary_fields(layout)])
+    stage2 = (partials.unionByName(tails)
+              .repartition(partitions, *keys)
+              .sortWithinPartitions(*keys, KIND, HOP)
+              .mapInArrow(TailPass(layout, to_arrow_schema(stage2_schema)), stage2_schema))
+
+    # Stage 3: assembly.
+    scanned = stage1.where(F.col(SIDE) != PARTIAL).withColumn(
+        ORDER, F.when(F.col(SIDE) == PREFIX, HEAD).otherwise(EDGE)).drop(SIDE)
+    with_scans = pieces.where(F.col(ORDER).isin(EDGE, HEAD)).join(
+        scanned, on=[*keys, HOP, BOUND, ORDER], how="left")
+    with_tails = pieces.where(F.col(ORDER) == TAIL).join(
+        stage2, on=[*keys, BOUND, HIGH], how="left")
+    anchors = pieces.where(F.col(ORDER) == ANCHOR).select(
+        *keys, TIME, WINDOW, ORDER,
+        *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns])
+    columns = [*keys, TIME, WINDOW, ORDER, *layout.state_columns]
+    assembled = (anchors.unionByName(with_scans.select(*columns))
+                 .unionByName(with_tails.select(*columns))
+                 .repartition(partitions, *keys, TIME)
+                 .sortWithinPartitions(*keys, TIME, WINDOW, ORDER))
+    schema = output_schema(plan, queries)
+    return assembled.mapInArrow(Assembly(layout, to_arrow_schema(schema)), schema)
