@@ -21,9 +21,9 @@ from timetile.offline.interval_tree_executor import (
 )
 from timetile.offline.plan import BackfillPlan, PartPlan, plan_backfill
 from timetile.offline.reference_executor import reference_features
-from timetile.offline.tiled_executor import tiled_features
 from timetile.offline.report import BadInputError, JobReport, SourceCounts
 from timetile.offline.sources import TIME
+from timetile.offline.tiled_executor import tiled_features
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class BackfillJob:
         paths = []
         for part in self.plan.parts:
             queries = part.queries(left)
-            path = self._choose(part, queries)
+            path = self._choose(queries)
             paths.append(f"{part.part.group_by.name}: {path}")
             features = EXECUTORS[path](part, queries)
             renamed = {name: f"_tt_p{len(feature_columns)}_{name}"
@@ -128,7 +128,7 @@ class BackfillJob:
         self.report.path = ", ".join(paths)
         return result.select(*self.plan.left_columns, *feature_columns)
 
-    def _choose(self, part: PartPlan, queries: DataFrame) -> str:
+    def _choose(self, queries: DataFrame) -> str:
         """Return the executor for one part: the one asked for, or by its query count."""
         if self.executor != AUTO:
             return self.executor

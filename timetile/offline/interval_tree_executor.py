@@ -55,7 +55,7 @@ class QueryIndex:
                 self.bounds.append(window.bounds(self.times))
 
     def span(self, key_id: int) -> tuple[int, int]:
-        """The rows of one key's queries."""
+        """Return the rows of one key's queries."""
         return int(self.offsets[key_id]), int(self.offsets[key_id + 1])
 
 

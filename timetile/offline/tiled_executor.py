@@ -56,7 +56,7 @@ ANCHOR, EDGE, TAIL, HEAD = 0, 1, 2, 3
 
 
 def state_column(index: int) -> str:
-    """The column holding the state bytes of the ``index``-th distinct aggregator."""
+    """Name the column holding the state bytes of the ``index``-th distinct aggregator."""
     return f"_tt_state_{index}"
 
 

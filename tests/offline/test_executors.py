@@ -1,0 +1,73 @@
+"""The fast executors agree with each other and with the reference, at hop and window edges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import timetile as tt
+from timetile.core.tiling import choose_hop
+from timetile.core.timeutil import DAY_MS, HOUR_MS
+from timetile.core.windows import WindowKind
+from timetile.testing import naive_backfill
+
+pytestmark = pytest.mark.spark
+
+BASE = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+WINDOWS = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("1d", hop="6h", kind="hopping")]
+
+
+def boundary_frames(spark: Any) -> tuple[Any, Any, int]:
+    """Events and queries exactly on hop, window and day boundaries."""
+    hop = choose_hop([(WindowKind.SLIDING, HOUR_MS, None), (WindowKind.SLIDING, DAY_MS, None),
+                      (WindowKind.SAWTOOTH, DAY_MS, HOUR_MS),
+                      (WindowKind.HOPPING, DAY_MS, 6 * HOUR_MS)])
+    queries = [BASE + DAY_MS + offset for offset in
+               (0, 1, -1, hop, hop - 1, hop + 1, HOUR_MS, 6 * HOUR_MS, DAY_MS, DAY_MS + 7)]
+    events = []
+    for q in queries:
+        for length in (HOUR_MS, DAY_MS):
+            for delta in (-1, 0, 1):
+                events.append((1, q - length + delta, float(delta)))  # at q − length ± 1
+        events.append((1, q, 100.0))  # exactly at q: never counts for q
+        events.append((1, q - hop, 7.0))  # a hop before q
+    events += [(1, BASE + k * hop, 1.5) for k in range(0, 2 * DAY_MS // hop + 2, 3)]
+    event_frame = spark.createDataFrame(events, "user_id long, ts long, amount double")
+    query_frame = spark.createDataFrame([(1, q, i) for i, q in enumerate(queries)],
+                                        "user_id long, ts long, qid int")
+    return event_frame, query_frame, hop
+
+
+def join_of(events: Any, queries: Any) -> tt.Join:
+    aggregations = [tt.Aggregation("amount", op, windows=WINDOWS)
+                    for op in ("count", "sum", "max", "first", "last")]
+    aggregations.append(tt.Aggregation("amount", "last_k", k=3, windows=WINDOWS))
+    aggregations.append(tt.Aggregation("amount", "sum"))
+    group_by = tt.GroupBy("edge", tt.EventSource(events), ["user_id"], aggregations)
+    return tt.Join("edges", tt.EventSource(queries), [group_by])
+
+
+def rows(frame: Any) -> list[tuple]:
+    return sorted(tuple(row) for row in frame.orderBy("qid").collect())
+
+
+def test_boundary_events_agree_on_every_path(spark: Any) -> None:
+    events, queries, hop = boundary_frames(spark)
+    assert hop < HOUR_MS  # the data puts events on both sides of hop boundaries
+    join = join_of(events, queries)
+    expected = rows(naive_backfill(join, spark))
+    for executor in ("tiled", "interval_tree", "reference"):
+        assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor
+
+
+def test_the_two_fast_paths_are_identical_and_the_report_names_them(spark: Any) -> None:
+    events, queries, _ = boundary_frames(spark)
+    join = join_of(events, queries)
+    tiled_job = tt.BackfillJob(join, spark, executor="tiled")
+    tiled = rows(tiled_job.dataframe())
+    auto_job = tt.BackfillJob(join, spark)
+    broadcast = rows(auto_job.dataframe())
+    assert tiled == broadcast
+    assert tiled_job.report.path == "edge: tiled"
+    assert auto_job.report.path == "edge: interval_tree"  # 10 queries: small enough to broadcast
