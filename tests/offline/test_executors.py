@@ -27,9 +27,8 @@ def boundary_frames(spark: Any) -> tuple[Any, Any, int]:
                (0, 1, -1, hop, hop - 1, hop + 1, HOUR_MS, 6 * HOUR_MS, DAY_MS, DAY_MS + 7)]
     events = []
     for q in queries:
-        for length in (HOUR_MS, DAY_MS):
-            for delta in (-1, 0, 1):
-                events.append((1, q - length + delta, float(delta)))  # at q − length ± 1
+        events.extend((1, q - length + delta, float(delta))  # at q − length ± 1
+                      for length in (HOUR_MS, DAY_MS) for delta in (-1, 0, 1))
         events.append((1, q, 100.0))  # exactly at q: never counts for q
         events.append((1, q - hop, 7.0))  # a hop before q
     events += [(1, BASE + k * hop, 1.5) for k in range(0, 2 * DAY_MS // hop + 2, 3)]

@@ -19,7 +19,7 @@ from timetile.offline.interval_tree_executor import (
     BROADCAST_QUERY_LIMIT,
     interval_tree_features,
 )
-from timetile.offline.plan import BackfillPlan, PartPlan, plan_backfill
+from timetile.offline.plan import BackfillPlan, ExecutorOptions, PartPlan, plan_backfill
 from timetile.offline.reference_executor import reference_features
 from timetile.offline.report import BadInputError, JobReport, SourceCounts
 from timetile.offline.sources import TIME
@@ -28,7 +28,7 @@ from timetile.offline.tiled_executor import tiled_features
 log = logging.getLogger(__name__)
 
 #: An executor computes a part's features for a frame of distinct (keys, time) queries.
-Executor = Callable[[PartPlan, DataFrame], DataFrame]
+Executor = Callable[[PartPlan, DataFrame, ExecutorOptions], DataFrame]
 
 #: The executors by name; ``backfill(executor=...)`` picks one, or ``"auto"`` (the default)
 #: picks per part: ``interval_tree`` when the part's distinct queries fit in memory
@@ -57,6 +57,9 @@ class BackfillJob:
         end: last day of left rows to keep, inclusive, or None for all.
         strict: raise :class:`BadInputError` instead of leaving out rows without a time.
         executor: which executor runs (see :data:`EXECUTORS`).
+        partials_path: where to store and reuse hop partials between runs (a directory or
+            URI); a later backfill of later days then computes only the days not stored.
+            Implies the ``tiled`` executor.
 
     Raises:
         DefinitionError: the definition cannot work against the real schemas.
@@ -73,7 +76,12 @@ class BackfillJob:
         *,
         strict: bool = False,
         executor: str = DEFAULT_EXECUTOR,
+        partials_path: str | None = None,
     ) -> None:
+        if partials_path is not None and executor == AUTO:
+            executor = "tiled"
+        if partials_path is not None and executor != "tiled":
+            raise ValueError(f"partials_path works with the tiled executor, not {executor!r}")
         if executor != AUTO and executor not in EXECUTORS:
             raise ValueError(f"executor {executor!r} is unknown: use {AUTO!r} or one of "
                              f"{', '.join(EXECUTORS)}")
@@ -82,6 +90,7 @@ class BackfillJob:
         self.range_ms = _time_range(start, end)
         self.executor = executor
         self.report = JobReport(job=join.name, path=executor)
+        self.options = ExecutorOptions(partials_path=partials_path, notes=self.report.notes)
         with self.report.stage("plan"):
             self.plan: BackfillPlan = plan_backfill(join, spark)
         with self.report.stage("count input"):
@@ -116,7 +125,7 @@ class BackfillJob:
             queries = part.queries(left)
             path = self._choose(queries)
             paths.append(f"{part.part.group_by.name}: {path}")
-            features = EXECUTORS[path](part, queries)
+            features = EXECUTORS[path](part, queries, self.options)
             renamed = {name: f"_tt_p{len(feature_columns)}_{name}"
                        for name in (*part.keys, TIME)}
             features = features.withColumnsRenamed(renamed)
@@ -172,6 +181,7 @@ def backfill(
     *,
     strict: bool = False,
     executor: str = DEFAULT_EXECUTOR,
+    partials_path: str | None = None,
 ) -> DataFrame:
     """Point-in-time-correct features for every left row of ``join``: a Spark DataFrame.
 
@@ -186,11 +196,14 @@ def backfill(
         end: last day, inclusive; None for all.
         strict: raise instead of leaving out rows without a usable time.
         executor: which executor runs (see :data:`EXECUTORS`).
+        partials_path: store and reuse hop partials here between runs (see
+            :class:`BackfillJob`).
 
     Returns:
         The left rows' columns, unchanged, then one column per feature named
         ``{prefix_}{group_by}_{column}_{op}_{window}``.
 
     """
-    job = BackfillJob(join, spark, start, end, strict=strict, executor=executor)
+    job = BackfillJob(join, spark, start, end, strict=strict, executor=executor,
+                      partials_path=partials_path)
     return job.dataframe()

@@ -25,7 +25,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import QueryTiling
 from timetile.core.windows import MIN_TIME
-from timetile.offline.plan import PartPlan
+from timetile.offline.plan import ExecutorOptions, PartPlan
 from timetile.offline.reference_executor import non_null, output_schema
 from timetile.offline.sorted_groups import group_bounds, whole_groups
 from timetile.offline.sources import TIME
@@ -164,12 +164,14 @@ class TilingMerge:
             yield from pa.Table.from_pydict(rows, schema=self.schema).to_batches()
 
 
-def interval_tree_features(plan: PartPlan, queries: DataFrame) -> DataFrame:
+def interval_tree_features(plan: PartPlan, queries: DataFrame,
+                           options: ExecutorOptions | None = None) -> DataFrame:
     """Every feature of ``plan`` at every query, by broadcasting the queries.
 
     Collects the distinct (keys, time) queries to the driver: use it only for query sets
     that fit in memory (``executor="auto"`` does so up to :data:`BROADCAST_QUERY_LIMIT`).
     """
+    del options  # nothing to configure
     layout = TiledLayout.of(plan)
     keys = list(layout.keys)
     spark = queries.sparkSession

@@ -6,7 +6,7 @@ schemas here, so a bad definition fails before any work starts (DESIGN §2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,6 +25,20 @@ from timetile.offline.sources import TIME, coarse_schema, load_events
 def key_column(index: int) -> str:
     """Return the internal name of a part's ``index``-th key, the same on queries and events."""
     return f"_tt_key_{index}"
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """What a backfill tells its executors beyond the plan.
+
+    Attributes:
+        partials_path: where the tiled executor stores and reuses hop partials, or None.
+        notes: lines the executor adds to the job report.
+
+    """
+
+    partials_path: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from timetile.core.aggregators import Aggregator, make_aggregator
 from timetile.core.reference import aggregate_windows
 from timetile.core.types import ValueType
 from timetile.core.windows import MIN_TIME
-from timetile.offline.plan import Feature, PartPlan
+from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.result_types import arrow_column, spark_type
 from timetile.offline.sources import TIME
 
@@ -94,8 +94,10 @@ def output_schema(plan: PartPlan, queries: DataFrame) -> T.StructType:
     return T.StructType(fields)
 
 
-def reference_features(plan: PartPlan, queries: DataFrame) -> DataFrame:
+def reference_features(plan: PartPlan, queries: DataFrame,
+                       options: ExecutorOptions | None = None) -> DataFrame:
     """Every feature of ``plan`` at every query, one row per distinct (keys, time) query."""
+    del options  # nothing to configure
     from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
 
     schema = output_schema(plan, queries)

@@ -35,8 +35,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_states
+from timetile.core.timeutil import DAY_MS
 from timetile.core.windows import MIN_TIME, WindowKind
-from timetile.offline.plan import Feature, PartPlan
+from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
+from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, non_null, output_schema
 from timetile.offline.sorted_groups import group_bounds, whole_groups
 from timetile.offline.sources import TIME
@@ -101,6 +103,13 @@ class TiledLayout:
             feature_window=tuple(window_ids[f.window] for f in plan.features),
             hop_ms=choose_hop(specs),
         )
+
+    @property
+    def signature(self) -> str:
+        """What stored hop partials depend on: the hop size and each aggregation."""
+        parts = [(f.aggregation.column, f.aggregation.op, f.aggregation.k,
+                  f.aggregation.percentiles, f.input_type.value) for f in self.aggregations]
+        return repr((self.hop_ms, parts))
 
     def aggregators(self) -> list[Aggregator[Any]]:
         """Fresh aggregators, one per distinct aggregation (built in each task)."""
@@ -285,49 +294,91 @@ def _binary_fields(layout: TiledLayout) -> list[T.StructField]:
     return [T.StructField(name, T.BinaryType()) for name in layout.state_columns]
 
 
-def tiled_features(plan: PartPlan, queries: DataFrame) -> DataFrame:
-    """Every feature of ``plan`` at every query, by the three tiled stages."""
+def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None,
+              partitions: int) -> DataFrame:
+    """Stage 1: events (with :data:`HOP`) and scan requests, by (key, hop)."""
+    keys = list(layout.keys)
+    key_fields = [events.schema[key] for key in keys]
+    value_columns = [c for c in events.columns if c not in (*keys, TIME, HOP)]
+    rows = events.select(*keys, HOP, TIME, F.lit(0).alias(KIND),
+                         F.lit(None).cast("int").alias(SIDE), *value_columns)
+    if requests is not None:
+        rows = rows.unionByName(requests.select(
+            *keys, HOP, TIME, F.lit(1).alias(KIND), SIDE,
+            *[F.lit(None).cast(events.schema[c].dataType).alias(c) for c in value_columns]))
+    schema = T.StructType([*key_fields, T.StructField(HOP, T.LongType()),
+                           T.StructField(BOUND, T.LongType()),
+                           T.StructField(SIDE, T.IntegerType()), *_binary_fields(layout)])
+    return (rows.repartition(partitions, *keys, HOP)
+            .sortWithinPartitions(*keys, HOP, TIME, KIND)
+            .mapInArrow(HopPass(layout, to_arrow_schema(schema)), schema))
+
+
+def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
+                     options: ExecutorOptions, partitions: int) -> DataFrame:
+    """Hop partials from the store, computing and storing only the days it lacks."""
+    if DAY_MS % layout.hop_ms:
+        raise ValueError(f"stored partials need a hop that divides a day, and the windows of "
+                         f"{plan.part.group_by.name} give {layout.hop_ms} ms")
+    assert options.partials_path is not None
+    store = PartialStore.at(options.partials_path, plan.part.group_by.name, layout.signature)
+    spark = events.sparkSession
+    stored = store.stored_days(spark)
+    days = {row[0] for row in events.select(epoch_day(F.col(TIME))).distinct().collect()}
+    missing = sorted(days - stored)
+    if missing:
+        fresh = _hop_pass(layout, events.where(epoch_day(F.col(TIME)).isin(missing)), None,
+                          partitions)
+        store.write(fresh.select(*layout.keys, HOP, *layout.state_columns,
+                                 epoch_day(F.col(HOP)).alias(EPOCH_DAY)))
+    options.notes.append(f"{plan.part.group_by.name}: hop partials of {len(days) - len(missing)}"
+                         f" days reused, {len(missing)} computed, in {store.location}")
+    return store.read(spark).select(*layout.keys, HOP, *layout.state_columns)
+
+
+def tiled_features(plan: PartPlan, queries: DataFrame,
+                   options: ExecutorOptions | None = None) -> DataFrame:
+    """Every feature of ``plan`` at every query, by the three tiled stages.
+
+    With ``options.partials_path``, hop partials come from the store (see
+    :mod:`.partial_store`) and stage 1 reads only the events of the hops that heads and
+    tail edges ask for.
+    """
+    options = options or ExecutorOptions()
     layout = TiledLayout.of(plan)
     keys = list(layout.keys)
     key_fields = [queries.schema[key] for key in keys]
     spark = queries.sparkSession
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
-    hop = layout.hop_ms
 
     pieces = queries.select(*keys, TIME, F.explode(_pieces(layout)).alias("p")).select(
         *keys, TIME, F.col("p.w").alias(WINDOW), F.col("p.o").alias(ORDER),
         F.col("p.hop").alias(HOP), F.col("p.bound").alias(BOUND), F.col("p.high").alias(HIGH))
-
-    # Stage 1: hop pass over events and head/edge requests, by (key, hop).
     scans = pieces.where(F.col(ORDER).isin(EDGE, HEAD)).select(
         *keys, HOP, F.col(BOUND).alias(TIME),
         F.when(F.col(ORDER) == HEAD, PREFIX).otherwise(SUFFIX).alias(SIDE)).distinct()
-    value_columns = [c for c in plan.events.columns if c not in (*keys, TIME)]
-    events = plan.events.select(*keys, _floor(F.col(TIME), hop).alias(HOP), TIME,
-                                F.lit(0).alias(KIND), F.lit(None).cast("int").alias(SIDE),
-                                *value_columns)
-    requests = scans.select(*keys, HOP, TIME, F.lit(1).alias(KIND), SIDE,
-                            *[F.lit(None).cast(events.schema[c].dataType).alias(c)
-                              for c in value_columns])
-    stage1_schema = T.StructType([*key_fields, T.StructField(HOP, T.LongType()),
-                                  T.StructField(BOUND, T.LongType()),
-                                  T.StructField(SIDE, T.IntegerType()),
-                                  *_binary_fields(layout)])
-    stage1 = (events.unionByName(requests)
-              .repartition(partitions, *keys, HOP)
-              .sortWithinPartitions(*keys, HOP, TIME, KIND)
-              .mapInArrow(HopPass(layout, to_arrow_schema(stage1_schema)), stage1_schema))
+    events = plan.events.withColumn(HOP, _floor(F.col(TIME), layout.hop_ms))
+
+    # Stage 1: hop pass over events and head/edge requests, by (key, hop).
+    if options.partials_path is None:
+        stage1 = _hop_pass(layout, events, scans, partitions)
+        partials = stage1.where(F.col(SIDE) == PARTIAL).select(
+            *keys, HOP, *layout.state_columns)
+    else:
+        partials = _stored_partials(layout, plan, events, options, partitions)
+        requested = events.join(scans.select(*keys, HOP).distinct(), on=[*keys, HOP],
+                                how="left_semi")
+        stage1 = _hop_pass(layout, requested, scans, partitions)
 
     # Stage 2: tail pass over hop partials and tail requests, by key.
-    partials = stage1.where(F.col(SIDE) == PARTIAL).select(
-        *keys, HOP, F.lit(None).cast("bigint").alias(HIGH), F.lit(0).alias(KIND),
-        *layout.state_columns)
     tails = pieces.where(F.col(ORDER) == TAIL).select(
         *keys, F.col(BOUND).alias(HOP), HIGH, F.lit(1).alias(KIND),
         *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns]).distinct()
     stage2_schema = T.StructType([*key_fields, T.StructField(BOUND, T.LongType()),
                                   T.StructField(HIGH, T.LongType()), *_binary_fields(layout)])
-    stage2 = (partials.unionByName(tails)
+    stage2 = (partials.select(*keys, HOP, F.lit(None).cast("bigint").alias(HIGH),
+                              F.lit(0).alias(KIND), *layout.state_columns)
+              .unionByName(tails)
               .repartition(partitions, *keys)
               .sortWithinPartitions(*keys, KIND, HOP)
               .mapInArrow(TailPass(layout, to_arrow_schema(stage2_schema)), stage2_schema))
