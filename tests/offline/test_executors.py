@@ -70,3 +70,13 @@ def test_the_two_fast_paths_are_identical_and_the_report_names_them(spark: Any) 
     assert tiled == broadcast
     assert tiled_job.report.path == "edge: tiled"
     assert auto_job.report.path == "edge: interval_tree"  # 10 queries: small enough to broadcast
+
+
+def test_the_report_names_the_largest_key_hop_group(spark: Any) -> None:
+    events, queries, hop = boundary_frames(spark)
+    job = tt.BackfillJob(join_of(events, queries), spark, executor="tiled")
+    job.dataframe().collect()
+    line = next(line for line in job.report.lines() if "largest (key, hop) group" in line)
+    busiest = max(events.groupBy((events.ts - events.ts % hop).alias("h")).count()
+                  .select("count").collect())[0]
+    assert f"{busiest:,} events at key (1,)" in line

@@ -90,7 +90,8 @@ class BackfillJob:
         self.range_ms = _time_range(start, end)
         self.executor = executor
         self.report = JobReport(job=join.name, path=executor)
-        self.options = ExecutorOptions(partials_path=partials_path, notes=self.report.notes)
+        self.options = ExecutorOptions(partials_path=partials_path, notes=self.report.notes,
+                                       gauges=self.report.gauges)
         with self.report.stage("plan"):
             self.plan: BackfillPlan = plan_backfill(join, spark)
         with self.report.stage("count input"):

@@ -6,6 +6,7 @@ schemas here, so a bad definition fails before any work starts (DESIGN §2).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -34,11 +35,13 @@ class ExecutorOptions:
     Attributes:
         partials_path: where the tiled executor stores and reuses hop partials, or None.
         notes: lines the executor adds to the job report.
+        gauges: figures the executor reports once Spark has run (see ``JobReport.gauges``).
 
     """
 
     partials_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    gauges: dict[str, Callable[[], str | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -55,6 +55,7 @@ class JobReport:
     sources: list[SourceCounts] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    gauges: dict[str, Callable[[], str | None]] = field(default_factory=dict)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -84,6 +85,10 @@ class JobReport:
             out.append(line)
         out += [f"  stage {name}: {seconds:.2f}s" for name, seconds in self.stage_seconds.items()]
         out += [f"  note: {note}" for note in self.notes]
+        for name, read in self.gauges.items():
+            value = read()
+            if value is not None:
+                out.append(f"  {name}: {value}")
         return out
 
     def __str__(self) -> str:

@@ -22,12 +22,13 @@ reference executor and the online fetcher.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -35,7 +36,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_states
-from timetile.core.timeutil import DAY_MS
+from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.core.windows import MIN_TIME, WindowKind
 from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
@@ -167,12 +168,39 @@ def _pieces(layout: TiledLayout) -> Column:
     return F.filter(F.array(*made).cast(f"array<{piece}>"), lambda p: p.isNotNull())
 
 
+class LargestGroup(AccumulatorParam[tuple[int, str]]):
+    """A Spark accumulator of the largest (key, hop) group: (events, description)."""
+
+    def zero(self, value: tuple[int, str]) -> tuple[int, str]:
+        """Return no group."""
+        del value
+        return (0, "")
+
+    def addInPlace(  # noqa: N802  (PySpark's name)
+        self, value1: tuple[int, str], value2: tuple[int, str]
+    ) -> tuple[int, str]:
+        """Keep the larger group (idempotent, so retried tasks do no harm)."""
+        return max(value1, value2)
+
+
+def largest_group_gauge(accumulator: Accumulator[tuple[int, str]]) -> Callable[[], str | None]:
+    """Render the accumulator for the job report; None until a task has run."""
+
+    def read() -> str | None:
+        events, where = accumulator.value
+        return f"{events:,} events at {where}" if events else None
+
+    return read
+
+
 class HopPass:
     """Stage 1 over one partition: per (key, hop), the partial and the requested scans."""
 
-    def __init__(self, layout: TiledLayout, schema: pa.Schema) -> None:
+    def __init__(self, layout: TiledLayout, schema: pa.Schema,
+                 largest: Accumulator[tuple[int, str]] | None = None) -> None:
         self.layout = layout
         self.schema = schema
+        self.largest = largest
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield stage-1 rows for every whole (key, hop) group of the partition."""
@@ -195,6 +223,8 @@ class HopPass:
         sides = requests.column(SIDE).to_numpy(zero_copy_only=False)
         key_values = [group.column(key)[0].as_py() for key in self.layout.keys]
         hop = group.column(HOP)[0].as_py()
+        if self.largest is not None:
+            self.largest.add((events.num_rows, f"key {tuple(key_values)}, hop {ms_to_iso(hop)}"))
         states: list[list[bytes]] = []
         for aggregator, feature in zip(aggregators, self.layout.aggregations, strict=True):
             values, value_times = non_null(events.column(feature.aggregation.column), times,
@@ -295,7 +325,8 @@ def _binary_fields(layout: TiledLayout) -> list[T.StructField]:
 
 
 def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None,
-              partitions: int) -> DataFrame:
+              partitions: int, largest: Accumulator[tuple[int, str]] | None = None
+              ) -> DataFrame:
     """Stage 1: events (with :data:`HOP`) and scan requests, by (key, hop)."""
     keys = list(layout.keys)
     key_fields = [events.schema[key] for key in keys]
@@ -311,7 +342,7 @@ def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None
                            T.StructField(SIDE, T.IntegerType()), *_binary_fields(layout)])
     return (rows.repartition(partitions, *keys, HOP)
             .sortWithinPartitions(*keys, HOP, TIME, KIND)
-            .mapInArrow(HopPass(layout, to_arrow_schema(schema)), schema))
+            .mapInArrow(HopPass(layout, to_arrow_schema(schema), largest), schema))
 
 
 def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
@@ -360,15 +391,18 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
     events = plan.events.withColumn(HOP, _floor(F.col(TIME), layout.hop_ms))
 
     # Stage 1: hop pass over events and head/edge requests, by (key, hop).
+    largest = spark.sparkContext.accumulator((0, ""), LargestGroup())
+    options.gauges[f"largest (key, hop) group of {plan.part.group_by.name}"] = (
+        largest_group_gauge(largest))
     if options.partials_path is None:
-        stage1 = _hop_pass(layout, events, scans, partitions)
+        stage1 = _hop_pass(layout, events, scans, partitions, largest)
         partials = stage1.where(F.col(SIDE) == PARTIAL).select(
             *keys, HOP, *layout.state_columns)
     else:
         partials = _stored_partials(layout, plan, events, options, partitions)
         requested = events.join(scans.select(*keys, HOP).distinct(), on=[*keys, HOP],
                                 how="left_semi")
-        stage1 = _hop_pass(layout, requested, scans, partitions)
+        stage1 = _hop_pass(layout, requested, scans, partitions, largest)
 
     # Stage 2: tail pass over hop partials and tail requests, by key.
     tails = pieces.where(F.col(ORDER) == TAIL).select(

@@ -13,7 +13,8 @@ Laws every aggregator keeps (tested with hypothesis in ``tests/core``):
 - ``init()`` is the identity of ``merge``;
 - ``merge`` is associative and, up to the order rules of the op, commutative:
   ``finalize(merge(fold(A), fold(B))) == finalize(fold(A + B))``;
-- where ``invertible`` is declared, ``retract(update(s, v), v)`` finalizes like ``s``;
+- where ``invertible`` is declared, ``retract(update(s, v), v)`` finalizes like ``s`` and
+  ``unmerge(merge(a, b), b)`` finalizes like ``a``;
 - ``from_bytes(to_bytes(s))`` finalizes like ``s``.
 
 No method mutates its arguments: states can be shared freely between tiles, trees and caches.
@@ -86,6 +87,16 @@ class Aggregator(ABC, Generic[StateT]):
         """Remove values that an earlier :meth:`update` folded in. Only if ``invertible``."""
         del state, values, times
         raise TypeError(f"{self.op} is not invertible: it cannot retract values")
+
+    def unmerge(self, whole: StateT, part: StateT) -> StateT:
+        """Return the state of A given ``whole = merge(A, B)`` and ``part = B``.
+
+        Only for invertible ops; the others raise TypeError. The inverse of :meth:`merge`, which
+        prefix differences are made of (``states[lo:hi] = unmerge(prefix[hi], prefix[lo])``);
+        exact for every invertible op.
+        """
+        del whole, part
+        raise TypeError(f"{self.op} is not invertible: it cannot unmerge states")
 
     @abstractmethod
     def finalize(self, state: StateT) -> Any:

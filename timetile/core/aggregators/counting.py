@@ -63,6 +63,10 @@ class Count(Aggregator[int]):
         del times
         return state - len(values)
 
+    def unmerge(self, whole: int, part: int) -> int:
+        """Subtract the counts. O(1)."""
+        return whole - part
+
     def finalize(self, state: int) -> int:
         """Return the count.
 
@@ -151,6 +155,10 @@ class _ExactSum(Aggregator[SumState]):
         """Subtract the batch field by field: exactly undoes :meth:`update` of the same values."""
         del times
         return state.minus(self._fold_batch(values))
+
+    def unmerge(self, whole: SumState, part: SumState) -> SumState:
+        """Subtract field by field: exactly undoes :meth:`merge`. O(1) big-integer subtractions."""
+        return whole.minus(part)
 
     def _sum(self, state: SumState) -> int | float | None:
         """Compute the sum (Spark's rules for NaN and ±inf), or None for no values."""

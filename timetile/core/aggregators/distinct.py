@@ -91,6 +91,10 @@ class _DistinctCounts(Aggregator[Multiset]):
             return state
         return _add(state, _batch_counts(as_values(values, self.input_type)), -1)
 
+    def unmerge(self, whole: Multiset, part: Multiset) -> Multiset:
+        """Subtract multiplicities: exactly undoes :meth:`merge`. O(distinct values)."""
+        return _add(whole, part, -1)
+
     def _check_not_negative(self, state: Multiset) -> None:
         if any(count < 0 for count in state.values()):
             raise ValueError(f"{self.op}: the state holds more retracted values than folded ones")
