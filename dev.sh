@@ -32,7 +32,8 @@ apt_install() {
 
 setup() {
     local wanted=()
-    command -v java >/dev/null || wanted+=(openjdk-17-jre-headless)
+    java_major=$(java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print v[1]}' || true)
+    [ "${java_major:-0}" -ge 17 ] 2>/dev/null || wanted+=(openjdk-17-jre-headless)  # Spark 4 needs 17+
     command -v redis-server >/dev/null || wanted+=(redis-server)
     "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || wanted+=(python3-venv)
     if [ ${#wanted[@]} -gt 0 ]; then apt_install "${wanted[@]}"; fi

@@ -39,7 +39,7 @@ from timetile import demo as demo_data
 from timetile.api.errors import DefinitionError
 from timetile.api.join import Join
 from timetile.cli_render import print_report, print_rows, print_summary
-from timetile.offline.backfill import BackfillJob
+from timetile.offline.backfill import AUTO, DEFAULT_EXECUTOR, EXECUTORS, BackfillJob
 from timetile.offline.report import BadInputError, JobReport
 from timetile.offline.session import local_session
 from timetile.progress import JobProgress
@@ -53,6 +53,10 @@ _BACKFILL_EXAMPLE = """\
   [cyan]timetile demo[/]    [dim]# writes the demo data to timetile-demo/data[/]
   [cyan]timetile backfill examples/checkout_model.py --start 2024-02-01 --end 2024-02-29 \\
       --output timetile-demo/output/checkout_model --overwrite --show 3[/]
+
+  [dim]# day by day, reusing the hop partials of earlier days:[/]
+  [cyan]timetile backfill examples/checkout_model.py --start 2024-02-01 --end 2024-02-01 \
+      --output out/2024-02-01 --partials timetile-demo/partials[/]
 
   [dim]DEFS.py is a Python file that builds tt.Join objects at module level; relative paths in
   it resolve against the current directory. Under spark-submit, the active session is used.[/]
@@ -259,11 +263,13 @@ class BackfillResult:
 
 def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, start: str,
                  end: str, output: str, output_format: OutputFormat, strict: bool,
-                 overwrite: bool) -> BackfillResult:
+                 overwrite: bool, executor: str = DEFAULT_EXECUTOR,
+                 partials: str | None = None) -> BackfillResult:
     """Plan, count and write a backfill; Spark's executors write the output."""
     began = time.perf_counter()
     with progress.stage("plan, count input"):
-        job = BackfillJob(join, spark, start, end, strict=strict)
+        job = BackfillJob(join, spark, start, end, strict=strict, executor=executor,
+                          partials_path=partials)
     with progress.stage("compute+write"), job.report.stage("compute+write"):
         writer = writable(job.dataframe(), output_format).write
         writer = writer.mode("overwrite" if overwrite else "errorifexists")
@@ -300,6 +306,12 @@ def backfill(
     overwrite: Annotated[bool, typer.Option("--overwrite",
                                             help="Replace the output if it exists.")] = False,
     show: Annotated[int, typer.Option(help="Print the first N output rows.", min=0)] = 0,
+    executor: Annotated[str, typer.Option(
+        help="auto (interval_tree for small query sets, else tiled), tiled, interval_tree "
+             "or reference.")] = DEFAULT_EXECUTOR,
+    partials: Annotated[str | None, typer.Option(
+        help="Store hop partials here and reuse them in later runs (incremental backfills).")
+    ] = None,
     debug: _Debug = False,
 ) -> None:
     """Compute point-in-time-correct features for a Join and write them.
@@ -313,12 +325,15 @@ def backfill(
         first, last = parse_day("--start", start), parse_day("--end", end)
         if first > last:
             raise CliError(f"--start {start} is after --end {end}. Fix: give start <= end.")
+        if executor not in (AUTO, *EXECUTORS):
+            raise CliError(f"--executor {executor!r} is unknown. Fix: use {AUTO} or one of "
+                           f"{', '.join(EXECUTORS)}.")
         _check_output(output, overwrite)
         chosen = pick_join(defs, load_joins(defs), join)
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
             result = run_backfill(spark, chosen, progress, start=start, end=end, output=output,
                                   output_format=output_format, strict=strict,
-                                  overwrite=overwrite)
+                                  overwrite=overwrite, executor=executor, partials=partials)
             rows = result.output.limit(show).collect() if show else []
         print_report(console, result.report, output, result.rows)
         if rows:

@@ -98,6 +98,10 @@ def print_report(console: Console, report: JobReport, output: str, rows: int) ->
     console.print(stage_table(report))
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"))
+    for name, read in report.gauges.items():
+        value = read()
+        if value is not None:
+            console.print(Text(f"{name}: {value}", style="dim"))
     console.print(Text.assemble("wrote ", (f"{rows:,}", "bold"), " rows to ",
                                 (output, "bold")))
 

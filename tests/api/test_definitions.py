@@ -243,3 +243,14 @@ class TestSchemaChecks:
             self.check(self.join(tt.Aggregation("nope", "sum"), tt.Aggregation("listing", "sum")))
         assert len(caught.value.problems) == 2
         assert str(caught.value).startswith("2 problems in Join 'm':")
+
+
+def test_two_group_bys_with_one_name_are_refused() -> None:
+    a = views_group_by()
+    b = views_group_by(source=tt.EventSource("events.other_views"))
+    with raises(r"parts\[1\]\.group_by\.name: 'user_views' names another GroupBy too "
+                r"\(parts\[0\]\)\. Fix: give each GroupBy its own name"):
+        tt.Join("m", tt.EventSource("checkouts"), [tt.JoinPart(a, prefix="a"),
+                                                   tt.JoinPart(b, prefix="b")])
+    tt.Join("m", tt.EventSource("checkouts"), [tt.JoinPart(a, prefix="a"),
+                                               tt.JoinPart(views_group_by(), prefix="b")])

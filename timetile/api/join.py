@@ -119,6 +119,15 @@ class Join:
     def _repeated_columns(self) -> list[Problem]:
         seen: dict[str, int] = {}
         problems = []
+        named: dict[str, tuple[int, GroupBy]] = {}
+        for index, part in enumerate(self.join_parts):
+            first = named.setdefault(part.group_by.name, (index, part.group_by))
+            if first[1] is not part.group_by and first[1] != part.group_by:
+                problems.append(Problem(
+                    f"parts[{index}].group_by.name", f"{part.group_by.name!r} names another "
+                    f"GroupBy too (parts[{first[0]}])",
+                    "give each GroupBy its own name; a prefix only renames columns",
+                ))
         for index, part in enumerate(self.join_parts):
             for column in part.output_columns():
                 if column in seen:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any
 
 from timetile.api.errors import DefinitionError
 from timetile.core.timeutil import format_duration, parse_duration
@@ -80,10 +78,11 @@ class Window:
         infix = "hop" if self.window_kind is WindowKind.SAWTOOTH else "hopping"
         return f"{length}_{infix}{format_duration(self.hop_ms)}"
 
-    def bounds(
-        self, query_times: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Return the ``[start, end)`` interval of this window for each query time."""
+    def bounds(self, query_times: Any) -> tuple[Any, Any]:
+        """Return the ``[start, end)`` of this window for each of an int64 array of times.
+
+        The arithmetic lives in :func:`timetile.core.windows.window_bounds` (numpy arrays).
+        """
         return window_bounds(query_times, self.window_kind, self.length_ms, self.hop_ms)
 
 

@@ -114,11 +114,15 @@ class BackfillJob:
     def dataframe(self) -> DataFrame:
         """Return the output DataFrame. Lazy: Spark runs it when you write or collect it."""
         left = self.plan.left
+        untimed = self.report.sources[0].without_time
         if self.range_ms is not None:
             low, high = self.range_ms
             left = left.where((F.col(TIME) >= low) & (F.col(TIME) < high))
-            self.report.notes.append("left rows outside [start, end] and without time are "
-                                     "not returned")
+            note = "left rows outside [start, end] and without time are not returned"
+        else:
+            note = f"{untimed:,} left rows without time are returned with null features"
+        if note not in self.report.notes and (untimed or self.range_ms is not None):
+            self.report.notes.append(note)
         result = left
         feature_columns: list[str] = []
         paths = []

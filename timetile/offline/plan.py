@@ -119,13 +119,13 @@ def plan_backfill(join: Join, spark: SparkSession) -> BackfillPlan:
     """
     _unsupported(join)
     assert isinstance(join.left, EventSource)
-    left = load_events(spark, join.left)
+    left = load_events(spark, join.left, "left")
     left_columns = tuple(column for column in left.columns if column != TIME)
     loaded = {}
-    for part in join.join_parts:
+    for index, part in enumerate(join.join_parts):
         source = part.group_by.source
         assert isinstance(source, EventSource)
-        loaded[part.group_by.name] = load_events(spark, source)
+        loaded[part.group_by.name] = load_events(spark, source, f"parts[{index}].source")
     check_join(join, coarse_schema(left.drop(TIME)),
                {name: coarse_schema(frame.drop(TIME)) for name, frame in loaded.items()})
     raw_sources: list[tuple[str, str, DataFrame, tuple[str, ...]]] = [

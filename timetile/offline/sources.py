@@ -7,10 +7,12 @@ null or unparseable keep a null :data:`TIME`; callers count them and leave them 
 
 from __future__ import annotations
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from timetile.api.errors import DefinitionError
 from timetile.api.sources import EntitySource, EventSource, is_path
 
 #: The normalized event-time column every loaded source carries.
@@ -50,13 +52,65 @@ def read_table(spark: SparkSession, table: object) -> DataFrame:
     return spark.read.parquet(table) if is_path(table) else spark.table(table)
 
 
-def project(frame: DataFrame, source: EventSource | EntitySource) -> DataFrame:
-    """Apply a source's ``where`` filters, then its ``select``. No job runs."""
-    for clause in source.filters:
-        frame = frame.where(F.expr(clause))
+#: Internal columns start with this; source columns may not.
+RESERVED_PREFIX = "_tt_"
+#: Session time zones in which offset-less strings and TIMESTAMP_NTZ values read as UTC.
+UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu"})
+
+
+def project(frame: DataFrame, source: EventSource | EntitySource, field: str) -> DataFrame:
+    """Apply a source's ``where`` filters, then its ``select``. No job runs.
+
+    Raises:
+        DefinitionError: naming ``{field}.where[i]`` or ``{field}.select.{name}`` when Spark
+            cannot parse or resolve an expression.
+
+    """
+    for index, clause in enumerate(source.filters):
+        frame = _analyzed(frame, "where", clause, f"{field}.where[{index}]")
     if source.projection:
+        for name, expression in source.projection:
+            _analyzed(frame, "select", expression, f"{field}.select.{name}")
         frame = frame.select(*[F.expr(expr).alias(name) for name, expr in source.projection])
+    reserved = [c for c in frame.columns if c.startswith(RESERVED_PREFIX)]
+    if reserved:
+        raise DefinitionError.single(
+            "source", field, f"has columns {reserved}, and names starting with "
+            f"{RESERVED_PREFIX!r} are timetile's own", "rename them in the source's select")
     return frame
+
+
+def _analyzed(frame: DataFrame, step: str, expression: str, field: str) -> DataFrame:
+    """``frame.where(expression)`` or ``frame.select(expression)``, analyzed now."""
+    try:
+        return frame.where(F.expr(expression)) if step == "where" else frame.select(
+            F.expr(expression))
+    except AnalysisException as error:  # ParseException is one too
+        reason = str(error).split("\n")[0][:300]
+        raise DefinitionError.single(
+            "source", field, f"Spark cannot use {expression!r}: {reason}",
+            f"write a Spark SQL expression over the columns {', '.join(frame.columns)}",
+        ) from None
+
+
+def check_time_zone(spark: SparkSession, frame: DataFrame, column: str | None,
+                    field: str) -> None:
+    """Refuse string and TIMESTAMP_NTZ times unless the session reads them as UTC.
+
+    Spark reads a time without an offset in ``spark.sql.session.timeZone``; DESIGN §2 says
+    event time is UTC, so a session elsewhere would silently shift every such time.
+    """
+    if column is None or column not in frame.columns:
+        return
+    data_type = frame.schema[column].dataType
+    zone = spark.conf.get("spark.sql.session.timeZone") or ""
+    if isinstance(data_type, (T.StringType, T.TimestampNTZType)) and zone not in UTC_ZONES:
+        raise DefinitionError.single(
+            "source", field, f"{column!r} is {data_type.simpleString()}, which Spark reads in "
+            f"the session time zone {zone}, not UTC",
+            "set spark.sql.session.timeZone=UTC, or give the time as epoch milliseconds or a "
+            "timestamp",
+        )
 
 
 def time_millis(column: str, data_type: T.DataType) -> Column:
@@ -69,15 +123,20 @@ def time_millis(column: str, data_type: T.DataType) -> Column:
     return F.col(column).cast("long")
 
 
-def load(spark: SparkSession, source: EventSource | EntitySource, table: object) -> DataFrame:
-    """``table`` of ``source``, projected, with :data:`TIME` added (null without a time)."""
-    frame = project(read_table(spark, table), source)
+def load(spark: SparkSession, source: EventSource | EntitySource, table: object,
+         field: str = "source") -> DataFrame:
+    """``table`` of ``source``, projected, with :data:`TIME` added (null without a time).
+
+    ``field`` names the source in errors (``left``, ``parts[1].source``).
+    """
+    frame = project(read_table(spark, table), source, field)
     column = source.time_column
+    check_time_zone(spark, frame, column, f"{field}.time_column")
     if column is None or column not in frame.columns:
         return frame.withColumn(TIME, F.lit(None).cast("long"))
     return frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
 
 
-def load_events(spark: SparkSession, source: EventSource) -> DataFrame:
-    """Return an event source as a DataFrame with :data:`TIME`."""
-    return load(spark, source, source.table)
+def load_events(spark: SparkSession, source: EventSource, field: str = "source") -> DataFrame:
+    """Return an event source as a DataFrame with :data:`TIME`; ``field`` names it in errors."""
+    return load(spark, source, source.table, field)
