@@ -23,6 +23,7 @@ from timetile.offline.plan import BackfillPlan, ExecutorOptions, PartPlan, plan_
 from timetile.offline.reference_executor import reference_features
 from timetile.offline.report import BadInputError, JobReport, SourceCounts
 from timetile.offline.sources import TIME
+from timetile.offline.sweep_executor import sweep_features, sweepable
 from timetile.offline.tiled_executor import tiled_features
 
 log = logging.getLogger(__name__)
@@ -31,11 +32,13 @@ log = logging.getLogger(__name__)
 Executor = Callable[[PartPlan, DataFrame, ExecutorOptions], DataFrame]
 
 #: The executors by name; ``backfill(executor=...)`` picks one, or ``"auto"`` (the default)
-#: picks per part: ``interval_tree`` when the part's distinct queries fit in memory
-#: (:data:`BROADCAST_QUERY_LIMIT`), ``tiled`` otherwise. ``reference`` is the brute-force
-#: executor the others are checked against.
+#: picks per part: ``sweep`` when every aggregation is a count, sum, avg, min or max of a
+#: number; otherwise ``interval_tree`` when the part's distinct queries fit in memory
+#: (:data:`BROADCAST_QUERY_LIMIT`) and ``tiled`` when they do not. ``reference`` is the
+#: brute-force executor the others are checked against.
 EXECUTORS: Mapping[str, Executor] = {
     "tiled": tiled_features,
+    "sweep": sweep_features,
     "interval_tree": interval_tree_features,
     "reference": reference_features,
 }
@@ -128,7 +131,7 @@ class BackfillJob:
         paths = []
         for part in self.plan.parts:
             queries = part.queries(left)
-            path = self._choose(queries)
+            path = self._choose(part, queries)
             paths.append(f"{part.part.group_by.name}: {path}")
             features = EXECUTORS[path](part, queries, self.options)
             renamed = {name: f"_tt_p{len(feature_columns)}_{name}"
@@ -142,10 +145,12 @@ class BackfillJob:
         self.report.path = ", ".join(paths)
         return result.select(*self.plan.left_columns, *feature_columns)
 
-    def _choose(self, queries: DataFrame) -> str:
-        """Return the executor for one part: the one asked for, or by its query count."""
+    def _choose(self, part: PartPlan, queries: DataFrame) -> str:
+        """Return the executor for one part: the one asked for, or by its ops and queries."""
         if self.executor != AUTO:
             return self.executor
+        if sweepable(part):
+            return "sweep"
         with self.report.stage("count queries"):
             small = queries.limit(BROADCAST_QUERY_LIMIT + 1).count() <= BROADCAST_QUERY_LIMIT
         return "interval_tree" if small else "tiled"

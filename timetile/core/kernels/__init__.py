@@ -1,0 +1,1 @@
+"""Vectorized kernels for ops whose state is a few numbers: numpy and numba, no engine."""
