@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from timetile.core.aggregators import OPS, Aggregator, make_aggregator
-from timetile.core.aggregators.sketches import HLL_RSE, KLL_RANK_ERROR
+from timetile.core.aggregators.sketches import HLL_RSE, KLL_K, KLL_RANK_ERROR
 from timetile.core.types import ValueType
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -172,11 +172,25 @@ def check_within_bound(agg: Aggregator[Any], result: Any, values: np.ndarray) ->
         assert below - KLL_RANK_ERROR <= rank <= at_or_below + KLL_RANK_ERROR, (rank, quantile)
 
 
+def kll_is_exact(values: np.ndarray) -> bool:
+    """Whether a KLL sketch (k = 200) of ``values`` keeps every value: results are then exact."""
+    data = np.asarray(values, dtype=np.float64)
+    return int(np.count_nonzero(~np.isnan(data))) <= KLL_K
+
+
 def agree(agg: Aggregator[Any], got: Any, want: Any, values: np.ndarray) -> None:
-    """Assert two results of the same input agree (approximate ops: both within the bound)."""
+    """Assert two results of the same input agree.
+
+    Exact ops: equal (moments within :data:`MOMENT_TOLERANCE`). ``approx_unique_count``: equal
+    exactly, since its estimate is a function of the registers only, and within the bound.
+    ``approx_percentile``: equal exactly while KLL keeps every value (at most k), else both
+    within the bound (KLL compacts at random beyond k).
+    """
     if agg.approximate:
         check_within_bound(agg, got, values)
         check_within_bound(agg, want, values)
+        if agg.op == "approx_unique_count" or kll_is_exact(values):
+            assert same(agg.op, got, want), (got, want)
     else:
         assert same(agg.op, got, want), (got, want)
 

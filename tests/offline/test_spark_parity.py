@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 
 from timetile.core.aggregators import make_aggregator
 from timetile.core.types import ValueType
+from timetile.testing import same_value
 
 pytestmark = pytest.mark.spark
 
@@ -85,17 +86,6 @@ SPARK_TYPES = {
 }
 
 
-def same(ours: Any, theirs: Any) -> bool:
-    if ours is None or theirs is None:
-        return ours is None and theirs is None
-    if isinstance(theirs, float) or isinstance(ours, float):
-        ours, theirs = float(ours), float(theirs)
-        if math.isnan(ours) or math.isnan(theirs):
-            return math.isnan(ours) and math.isnan(theirs)
-        return math.isclose(ours, theirs, rel_tol=1e-9, abs_tol=1e-9)
-    return bool(ours == theirs)
-
-
 def timetile_result(op: str, value_type: ValueType, rows: list[tuple], seed: int) -> Any:
     aggregator = make_aggregator(op, value_type)
     kept = [(t, v) for _, t, v in rows if v is not None]
@@ -132,7 +122,7 @@ def test_finalize_equals_spark(spark: Any, value_type: ValueType) -> None:
         group_rows = by_group[spark_row["g"]]
         for op in ops:
             ours = timetile_result(op, value_type, group_rows, seed=spark_row["g"])
-            if not same(ours, spark_row[op]):
+            if not same_value(ours, spark_row[op]):
                 mismatches.append((op, spark_row["g"], ours, spark_row[op],
                                    [v for _, _, v in group_rows][:8]))
     assert len(spark_rows) == len(by_group)

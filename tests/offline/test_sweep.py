@@ -7,17 +7,17 @@ from typing import Any
 import pytest
 
 import timetile as tt
-from timetile.testing import naive_backfill, random_events, random_queries, to_spark
+from timetile.testing import (
+    naive_backfill,
+    random_events,
+    random_queries,
+    same_value,
+    to_spark,
+)
 
 pytestmark = pytest.mark.spark
 
 WINDOWS = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("1d", hop="6h", kind="hopping")]
-
-
-def same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (a != a and b != b) or abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
-    return bool(a == b) and type(a) is type(b)
 
 
 def test_the_sweep_equals_the_oracle(spark: Any) -> None:
@@ -38,7 +38,7 @@ def test_the_sweep_equals_the_oracle(spark: Any) -> None:
     assert len(ours) == len(theirs) == 150
     bad = [(column, mine["user_id"], mine["ts"], mine[column], oracle[column])
            for mine, oracle in zip(ours, theirs, strict=True)
-           for column in join.output_columns() if not same(mine[column], oracle[column])]
+           for column in join.output_columns() if not same_value(mine[column], oracle[column])]
     assert not bad, bad[:10]
 
 

@@ -5,6 +5,7 @@ engine path is tested against it, and users can test their own definitions with 
 generators make small tables that hold every edge case the semantics care about.
 """
 
+from timetile.testing.compare import same_value
 from timetile.testing.generators import (
     EVENT_SCHEMA,
     MIN_EVENTS,
@@ -42,5 +43,6 @@ __all__ = [
     "random_entities",
     "random_events",
     "random_queries",
+    "same_value",
     "to_spark",
 ]

@@ -1,0 +1,258 @@
+"""Backfill benchmark: timetile against the hand-written plans, on the same data, in one run.
+
+Every contender computes sum, count and max of ``value`` over the sliding windows
+``[q − 1d, q)`` and ``[q − 7d, q)`` for every query, and materializes the result; only that is
+timed. The table gives seconds and, per timetile executor, its speedup over each peer (the
+peer's seconds / timetile's); the issue's goals are checked; the section of RESULTS.md for the
+dataset and scale is rewritten. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parent))  # timetile, when it is not installed
+
+from _contenders import RESULT_COLUMNS, SEGTREE, Contender, contenders, make_inputs  # noqa: E402
+from _datasets import SPECS, Dataset, ensure  # noqa: E402
+from _report import goals, machine, table, write_section  # noqa: E402
+from _runner import Outcome, Runner, compare  # noqa: E402
+
+EXAMPLES = """\
+examples:
+  # everything, at full scale (the numbers for RESULTS.md)
+  python benchmarks/backfill.py
+  # a quick end-to-end run on a tenth of the data, with a shorter limit
+  python benchmarks/backfill.py --scale 0.1 --timeout 300
+  # the skewed dataset only, timetile (every registered executor) against DuckDB
+  python benchmarks/backfill.py --dataset skewed --only timetile,duckdb_window --executor all
+  # generate (or find) the full-scale data and time that, running no contender
+  python benchmarks/backfill.py --generate-only
+
+contenders (--only): spark_join, spark_window_segtree, spark_window, duckdb_join,
+  duckdb_window, spark_scan, timetile
+"""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/backfill.py", description=__doc__.split("\n\n")[0],
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dataset", choices=[*SPECS, "all"], default="all",
+                        help="which dataset (default: all)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply events, queries and keys (default: 1)")
+    parser.add_argument("--only", default="",
+                        help="comma-separated contenders to run (default: all; see below)")
+    parser.add_argument("--executor", default=None,
+                        help="timetile executor(s), comma-separated, or 'all' for every "
+                             "executor in timetile.offline.backfill.EXECUTORS (default: the "
+                             "library's default, DEFAULT_EXECUTOR)")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds before a contender is abandoned (default: 600)")
+    parser.add_argument("--cache", type=Path, default=HERE / ".data",
+                        help="where the generated Parquet lives (default: benchmarks/.data)")
+    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md",
+                        help="the Markdown file to update (default: benchmarks/RESULTS.md)")
+    parser.add_argument("--no-results", action="store_true", help="do not update RESULTS.md")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the correctness spot-check")
+    parser.add_argument("--check-after", action="store_true",
+                        help="run the check after the timed runs, on the contenders that "
+                             "finished (the timed runs are then cold: first plan "
+                             "compilation, Python workers, JIT); by default it runs first")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time each contender N times and keep the best (default: 1)")
+    parser.add_argument("--cores", type=int, default=2, help="Spark local[N] (default: 2)")
+    parser.add_argument("--duckdb-threads", type=int, default=2, help="(default: 2)")
+    parser.add_argument("--shuffle-partitions", type=int, default=8,
+                        help="spark.sql.shuffle.partitions (default: 8)")
+    parser.add_argument("--driver-memory", default="5g", help="Spark driver heap (default: 5g)")
+    parser.add_argument("--generate-only", action="store_true",
+                        help="generate or find the datasets, then stop")
+    return parser.parse_args(argv)
+
+
+def executors(choice: str | None) -> list[str]:
+    module = importlib.import_module("timetile.offline.backfill")
+    known = list(module.EXECUTORS)
+    if choice is None:
+        return [module.DEFAULT_EXECUTOR]
+    if choice == "all":
+        return known
+    names = [name.strip() for name in choice.split(",") if name.strip()]
+    allowed = [*known, *([module.DEFAULT_EXECUTOR] if module.DEFAULT_EXECUTOR not in known
+                         else [])]
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        sys.exit(f"unknown executor {', '.join(unknown)}: timetile has {', '.join(allowed)}")
+    return names
+
+
+def select(everything: list[Contender], only: str) -> list[Contender]:
+    if not only:
+        return everything
+    wanted = {name.strip() for name in only.split(",") if name.strip()}
+    known = {c.name for c in everything} | {"timetile"}
+    if wanted - known:
+        sys.exit(f"unknown contender {', '.join(sorted(wanted - known))}: "
+                 f"use {', '.join(sorted(known))}")
+    return [c for c in everything
+            if c.name in wanted or (c.family == "timetile" and "timetile" in wanted)]
+
+
+def check(runner: Runner, chosen: list[Contender], dataset: Dataset,
+          timeout: float) -> list[str]:
+    """Run the contenders on a sample of keys (all their queries and events) and compare."""
+    modulus = max(1, dataset.spec.keys // 20)
+    sample = (modulus, 7 % modulus)
+    inputs = make_inputs(runner.spark, dataset.events_path, dataset.queries_path, sample)
+    results, failed = {}, []
+    for contender in chosen:
+        if not contender.checked:
+            continue
+        log(f"[{dataset.spec.name}] check: {contender.title} on the sample ...")
+        outcome, rows = runner.rows(contender, inputs, timeout)
+        if not outcome.ok or rows is None:
+            failed.append(f"WARNING: check: {contender.title} did not finish on the sample: "
+                          f"{outcome.status} {outcome.detail}".rstrip())
+            log(failed[-1])
+            continue
+        results[contender.name] = rows
+    counts = {len(rows) for rows in results.values()}
+    lines = compare(results, RESULT_COLUMNS)
+    if len(results) < 2:
+        lines = [f"check: skipped ({len(results)} contender(s) finished on the sample)"]
+    elif not lines:
+        lines = [f"check: {len(results)} contenders agree (rel 1e-9) on "
+                 f"{'/'.join(str(n) for n in sorted(counts))} sampled queries "
+                 f"(keys ≡ {sample[1]} mod {sample[0]})"]
+    return lines + failed
+
+
+def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender],
+                dataset: Dataset, *, header: list[str], command: str) -> None:
+    name = dataset.spec.name
+    spark = runner.spark
+    load_before = os.getloadavg()[0]
+    # Untimed warm-up: the JVM's code and the OS page cache see the files once before any clock.
+    for path in (dataset.events_path, dataset.queries_path):
+        spark.read.parquet(str(path)).write.format("noop").mode("overwrite").save()
+    inputs = make_inputs(spark, dataset.events_path, dataset.queries_path)
+    checked: list[str] = []
+    if not args.no_check and not args.check_after:
+        # First, so that it warms up too: every plan is compiled, every Python worker and
+        # kernel loaded once, before any clock starts.
+        checked = check(runner, chosen, dataset, args.timeout)
+    outcomes: dict[str, Outcome] = {}
+    for contender in chosen:
+        for attempt in range(args.repeat):
+            count = f" ({attempt + 1}/{args.repeat})" if args.repeat > 1 else ""
+            log(f"[{name}] {contender.title}{count} ...")
+            outcome = runner.timed(contender, inputs, args.timeout)
+            shown = {"ok": f"{outcome.seconds:.2f} s", "timeout": f"timed out after "
+                     f"{outcome.seconds:.0f} s"}.get(outcome.status,
+                                                    f"failed: {outcome.detail}")
+            log(f"[{name}] {contender.title}: {shown}")
+            best = outcomes.get(contender.name)
+            if best is None or (outcome.ok and outcome.seconds < best.seconds):
+                outcomes[contender.name] = outcome
+            if not outcome.ok:  # a timeout or failure is not repeated
+                break
+    if not args.no_check and args.check_after:
+        checked = check(runner, [c for c in chosen if outcomes[c.name].ok], dataset,
+                        args.timeout)
+    meta = dataset.meta
+    about = (f"{meta['events']:,} events, {meta['queries']:,} distinct queries, "
+             f"{meta['keys']:,} keys, {meta['days']} days; top key: "
+             f"{meta['top_key_share_events'] * 100:.3g}% of events, "
+             f"{meta['top_key_share_queries'] * 100:.3g}% of queries; generated in "
+             f"{meta['generate_s']:.0f} s")
+    load_after = os.getloadavg()[0]
+    scale_note = [] if args.scale == 1 else [
+        f"Scale {args.scale:g}: the goals are stated for scale 1, so these verdicts only hint."]
+    runs = f"best of {args.repeat}" if args.repeat > 1 else "one run"
+    warmth = ("cold (no check first)" if args.check_after or args.no_check
+              else "warm (the check on a sample ran first)")
+    body = [
+        f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- command: `{command}`",
+        *(f"- {line}" for line in header),
+        f"- data: {about}",
+        f"- timing: {runs} per contender, {warmth}; timeout {args.timeout:g} s",
+        f"- load average (1 min) before and after: {load_before:.1f}, {load_after:.1f} "
+        f"(the run keeps about {args.cores} busy: much more means something else ran too)",
+        "",
+        *table(chosen, outcomes, args.timeout),
+        "",
+        *(line if line.startswith("WARNING") else f"- {line}" for line in checked),
+        "",
+        "Goals (issue 3):",
+        "",
+        *scale_note,
+        *(goals(name, chosen, outcomes, args.timeout) or ["- no timetile contender ran"]),
+    ]
+    heading = f"{name}, scale {args.scale:g}"
+    print(f"\n## {heading}\n\n" + "\n".join(body) + "\n", flush=True)
+    for line in checked:
+        if line.startswith("WARNING"):
+            print(line, file=sys.stderr)
+    if not args.no_results:
+        write_section(args.results, heading, body)
+        log(f"[{name}] wrote the section '{heading}' of {args.results}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    command = "python benchmarks/backfill.py" + "".join(
+        f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
+    from timetile.offline.session import local_session
+
+    names = executors(args.executor)
+    log(f"starting Spark local[{args.cores}] ...")
+    spark = local_session("timetile-benchmark", cores=args.cores,
+                          shuffle_partitions=args.shuffle_partitions,
+                          driver_memory=args.driver_memory)
+    try:
+        segtree_default: str | None = spark.conf.get(SEGTREE)
+    except Exception:  # an older Spark, without the segment-tree frame
+        segtree_default = None
+        log(f"{SEGTREE} does not exist in Spark {spark.version}: the window plan runs once")
+    conf = {"master": f"local[{args.cores}]", "driver memory": args.driver_memory,
+            "shuffle partitions": str(args.shuffle_partitions),
+            "AQE": spark.conf.get("spark.sql.adaptive.enabled") or "?",
+            "segtree default": str(segtree_default)}
+    header = machine(conf)
+    for line in header:
+        log(line)
+    datasets = list(SPECS) if args.dataset == "all" else [args.dataset]
+    args.cache.mkdir(parents=True, exist_ok=True)
+    found = [ensure(spark, name, args.scale, args.cache, log) for name in datasets]
+    if args.generate_only:
+        return
+    chosen = select(contenders(names, segtree=segtree_default is not None), args.only)
+    tmp = args.cache / "duckdb_tmp"
+    tmp.mkdir(exist_ok=True)
+    runner = Runner(spark, duck_threads=args.duckdb_threads, duck_tmp=tmp,
+                    segtree_default=segtree_default)
+    for dataset in found:
+        run_dataset(args, runner, chosen, dataset, header=header, command=command)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Comparing feature values as the oracle tests do: NaN equals NaN, floats to a tolerance."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def same_value(ours: Any, theirs: Any, rel_tol: float = 1e-9) -> bool:
+    """Tell whether two feature values agree.
+
+    Floats agree when equal (±inf included), both NaN, or within ``rel_tol`` relative (and
+    absolute, near zero): sums in another order differ in the last bits. Ints must match
+    exactly, and an int never equals a float. Lists compare item by item, maps key by key.
+
+    >>> same_value([1.0, float("nan")], [1.0 + 1e-12, float("nan")])
+    True
+    >>> same_value(1, 1.0), same_value(None, 0), same_value({"a": 1}, {"a": 1})
+    (False, False, True)
+    """
+    if isinstance(ours, float) and isinstance(theirs, float):
+        if math.isnan(ours) or math.isnan(theirs):
+            return math.isnan(ours) and math.isnan(theirs)
+        return ours == theirs or math.isclose(ours, theirs, rel_tol=rel_tol, abs_tol=rel_tol)
+    if isinstance(ours, list) and isinstance(theirs, list):
+        return len(ours) == len(theirs) and all(
+            same_value(a, b, rel_tol) for a, b in zip(ours, theirs, strict=True))
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        return len(ours) == len(theirs) and all(
+            any(same_value(key, other, rel_tol) and same_value(value, theirs[other], rel_tol)
+                for other in theirs)
+            for key, value in ours.items())
+    return type(ours) is type(theirs) and bool(ours == theirs)
