@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -129,7 +130,9 @@ class BackfillJob:
         result = left
         feature_columns: list[str] = []
         paths = []
-        for part in self.plan.parts:
+        for planned in self.plan.parts:
+            part = planned if self.range_ms is None else replace(  # no later event can count
+                planned, events=planned.events.where(F.col(TIME) < self.range_ms[1]))
             queries = part.queries(left)
             path = self._choose(part, queries)
             paths.append(f"{part.part.group_by.name}: {path}")

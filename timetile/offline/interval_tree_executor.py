@@ -27,7 +27,7 @@ from timetile.core.tiling import QueryTiling
 from timetile.core.windows import MIN_TIME
 from timetile.offline.plan import ExecutorOptions, PartPlan
 from timetile.offline.reference_executor import non_null, output_schema
-from timetile.offline.sorted_groups import group_bounds, whole_groups
+from timetile.offline.sorted_groups import Rows, group_bounds, map_groups
 from timetile.offline.sources import TIME
 from timetile.offline.tiled_executor import TiledLayout
 
@@ -132,36 +132,35 @@ class TilingMerge:
         index: QueryIndex = self.index.value
         key_values: list[tuple[Any, ...]] = self.key_values.value
         aggregators = self.layout.aggregators()
+        return map_groups(batches, [KEY_ID], self.schema,
+                          lambda group, rows: self._key(group, index, key_values,
+                                                        aggregators, rows))
+
+    def _key(self, group: pa.Table, index: QueryIndex, key_values: list[tuple[Any, ...]],
+             aggregators: list[Aggregator[Any]], rows: Rows) -> None:
         windows = len(self.layout.windows)
-        for table in whole_groups(batches, [KEY_ID]):
-            rows: dict[str, list[Any]] = {name: [] for name in self.schema.names}
-            slots = table.column(SLOT).to_numpy()
-            data = table.column(TILING).to_pylist()
-            for begin, end in group_bounds(table, [KEY_ID]):
-                key_id = int(table.column(KEY_ID)[begin].as_py())
-                first, last = index.span(key_id)
-                merged: dict[int, QueryTiling[Any]] = {}
-                for row in range(begin, end):
-                    slot = int(slots[row])
-                    if slot < 0:
-                        continue
-                    aggregator = aggregators[slot // windows]
-                    tiling = QueryTiling.from_bytes(aggregator, last - first, data[row])
-                    merged[slot] = tiling if slot not in merged else merged[slot].merge(tiling)
-                leaves = {slot: tiling.results() for slot, tiling in merged.items()}
-                for position in range(last - first):
-                    for name, value in zip(self.layout.keys, key_values[key_id], strict=True):
-                        rows[name].append(value)
-                    rows[TIME].append(int(index.times[first + position]))
-                    for f, feature in enumerate(self.layout.features):
-                        a = self.layout.feature_aggregator[f]
-                        slot = a * windows + self.layout.feature_window[f]
-                        aggregator = aggregators[a]
-                        state = leaves[slot][position] if slot in leaves else aggregator.init()
-                        result = aggregator.finalize(state)
-                        rows[feature.name].append(
-                            list(result.items()) if isinstance(result, dict) else result)
-            yield from pa.Table.from_pydict(rows, schema=self.schema).to_batches()
+        key_id = int(group.column(KEY_ID)[0].as_py())
+        first, last = index.span(key_id)
+        merged: dict[int, QueryTiling[Any]] = {}
+        for slot, data in zip(group.column(SLOT).to_pylist(), group.column(TILING).to_pylist(),
+                              strict=True):
+            if slot < 0:  # the key's anchor row
+                continue
+            tiling = QueryTiling.from_bytes(aggregators[slot // windows], last - first, data)
+            merged[slot] = tiling if slot not in merged else merged[slot].merge(tiling)
+        leaves = {slot: tiling.results() for slot, tiling in merged.items()}
+        for position in range(last - first):
+            for name, value in zip(self.layout.keys, key_values[key_id], strict=True):
+                rows[name].append(value)
+            rows[TIME].append(int(index.times[first + position]))
+            for f, feature in enumerate(self.layout.features):
+                a = self.layout.feature_aggregator[f]
+                slot = a * windows + self.layout.feature_window[f]
+                aggregator = aggregators[a]
+                state = leaves[slot][position] if slot in leaves else aggregator.init()
+                result = aggregator.finalize(state)
+                rows[feature.name].append(
+                    list(result.items()) if isinstance(result, dict) else result)
 
 
 def interval_tree_features(plan: PartPlan, queries: DataFrame,

@@ -10,7 +10,8 @@ group plus one batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -64,3 +65,25 @@ def whole_groups(
         pending = table.slice(last_start)
     if pending is not None and pending.num_rows:
         yield pending
+
+
+#: Output rows under construction: column name → values.
+Rows = dict[str, list[Any]]
+
+
+def map_groups(
+    batches: Iterator[pa.RecordBatch],
+    columns: Sequence[str],
+    schema: pa.Schema,
+    handle: Callable[[pa.Table, Rows], None],
+) -> Iterator[pa.RecordBatch]:
+    """Call ``handle(group, rows)`` for every whole group; yield what it appended, as batches.
+
+    ``group`` is a zero-copy slice holding one group's rows; ``rows`` has one list per column
+    of ``schema``, to which ``handle`` appends the group's output rows.
+    """
+    for table in whole_groups(batches, columns):
+        rows: Rows = {name: [] for name in schema.names}
+        for begin, end in group_bounds(table, columns):
+            handle(table.slice(begin, end - begin), rows)
+        yield from pa.Table.from_pydict(rows, schema=schema).to_batches()

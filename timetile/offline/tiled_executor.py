@@ -41,7 +41,7 @@ from timetile.core.windows import MIN_TIME, WindowKind
 from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, non_null, output_schema
-from timetile.offline.sorted_groups import group_bounds, whole_groups
+from timetile.offline.sorted_groups import Rows, map_groups
 from timetile.offline.sources import TIME
 
 HOP = "_tt_hop"
@@ -205,17 +205,11 @@ class HopPass:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield stage-1 rows for every whole (key, hop) group of the partition."""
         aggregators = self.layout.aggregators()
-        group_columns = [*self.layout.keys, HOP]
-        for table in whole_groups(batches, group_columns):
-            rows: dict[str, list[Any]] = {name: [] for name in self.schema.names}
-            is_request = table.column(KIND).to_numpy(zero_copy_only=False) == 1
-            for begin, end in group_bounds(table, group_columns):
-                self._group(table.slice(begin, end - begin), is_request[begin:end],
-                            aggregators, rows)
-            yield from pa.Table.from_pydict(rows, schema=self.schema).to_batches()
+        return map_groups(batches, [*self.layout.keys, HOP], self.schema,
+                          lambda group, rows: self._group(group, aggregators, rows))
 
-    def _group(self, group: pa.Table, is_request: np.ndarray,
-               aggregators: list[Aggregator[Any]], rows: dict[str, list[Any]]) -> None:
+    def _group(self, group: pa.Table, aggregators: list[Aggregator[Any]], rows: Rows) -> None:
+        is_request = group.column(KIND).to_numpy(zero_copy_only=False) == 1
         events = group.filter(pa.array(~is_request))
         requests = group.filter(pa.array(is_request))
         times = events.column(TIME).to_numpy().astype(np.int64)
@@ -258,15 +252,10 @@ class TailPass:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield one row per tail request of every whole key group of the partition."""
         aggregators = self.layout.aggregators()
-        keys = list(self.layout.keys)
-        for table in whole_groups(batches, keys):
-            rows: dict[str, list[Any]] = {name: [] for name in self.schema.names}
-            for begin, end in group_bounds(table, keys):
-                self._key(table.slice(begin, end - begin), aggregators, rows)
-            yield from pa.Table.from_pydict(rows, schema=self.schema).to_batches()
+        return map_groups(batches, list(self.layout.keys), self.schema,
+                          lambda group, rows: self._key(group, aggregators, rows))
 
-    def _key(self, group: pa.Table, aggregators: list[Aggregator[Any]],
-             rows: dict[str, list[Any]]) -> None:
+    def _key(self, group: pa.Table, aggregators: list[Aggregator[Any]], rows: Rows) -> None:
         is_request = group.column(KIND).to_numpy(zero_copy_only=False) == 1
         partials = group.filter(pa.array(~is_request))
         requests = group.filter(pa.array(is_request))
@@ -297,27 +286,24 @@ class Assembly:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield one finished row per query."""
         aggregators = self.layout.aggregators()
-        results_of = [aggregators[i] for i in self.layout.feature_aggregator]
-        group_columns = [*self.layout.keys, TIME]
-        for table in whole_groups(batches, group_columns):
-            rows: dict[str, list[Any]] = {name: [] for name in self.schema.names}
-            windows = table.column(WINDOW).to_numpy(zero_copy_only=False)
-            state_lists = [table.column(name).to_pylist() for name in self.layout.state_columns]
-            for begin, end in group_bounds(table, group_columns):
-                for name in group_columns:
-                    rows[name].append(table.column(name)[begin].as_py())
-                for feature_index, aggregator in enumerate(results_of):
-                    state = aggregator.init()
-                    window = self.layout.feature_window[feature_index]
-                    states = state_lists[self.layout.feature_aggregator[feature_index]]
-                    for row in range(begin, end):
-                        if windows[row] == window and states[row] is not None:
-                            state = aggregator.merge(state, aggregator.from_bytes(states[row]))
-                    result = aggregator.finalize(state)
-                    if isinstance(result, dict):
-                        result = list(result.items())
-                    rows[self.layout.features[feature_index].name].append(result)
-            yield from pa.Table.from_pydict(rows, schema=self.schema).to_batches()
+        return map_groups(batches, [*self.layout.keys, TIME], self.schema,
+                          lambda group, rows: self._query(group, aggregators, rows))
+
+    def _query(self, group: pa.Table, aggregators: list[Aggregator[Any]], rows: Rows) -> None:
+        for name in (*self.layout.keys, TIME):
+            rows[name].append(group.column(name)[0].as_py())
+        windows = group.column(WINDOW).to_pylist()
+        state_lists = [group.column(name).to_pylist() for name in self.layout.state_columns]
+        for index, feature in enumerate(self.layout.features):
+            aggregator = aggregators[self.layout.feature_aggregator[index]]
+            window = self.layout.feature_window[index]
+            state = aggregator.init()
+            for row_window, data in zip(
+                    windows, state_lists[self.layout.feature_aggregator[index]], strict=True):
+                if row_window == window and data is not None:
+                    state = aggregator.merge(state, aggregator.from_bytes(data))
+            result = aggregator.finalize(state)
+            rows[feature.name].append(list(result.items()) if isinstance(result, dict) else result)
 
 
 def _binary_fields(layout: TiledLayout) -> list[T.StructField]:
