@@ -199,3 +199,38 @@ def empty_result(op: str) -> Any:
     """The contract's result for an empty window."""
     return 0 if op in {"count", "unique_count", "approx_unique_count"} else None
 
+
+# --- helpers of the semantics tests ---------------------------------------------------------
+
+
+def column(value_type: ValueType, values: list[Any]) -> np.ndarray:
+    array = np.empty(len(values), dtype=value_type.numpy_dtype)
+    array[:] = values
+    return array
+
+
+def run(
+    op: str,
+    values: list[Any],
+    times: list[int] | None = None,
+    value_type: ValueType = ValueType.FLOAT,
+    **params: Any,
+) -> Any:
+    """Finalize ``op`` over ``values`` (all at time 0 unless ``times`` is given)."""
+    agg = make_aggregator(op, value_type, **params)
+    stamps = np.array(times if times is not None else [0] * len(values), dtype=np.int64)
+    return agg.finalize(agg.fold(column(value_type, values), stamps))
+
+
+def fold_parts(
+    agg: Aggregator[Any], parts: list[list[Any]], times: list[list[int]] | None = None
+) -> Any:
+    state = agg.init()
+    for index, part in enumerate(parts):
+        stamps = times[index] if times else [0] * len(part)
+        state = agg.merge(state, agg.fold(column(agg.input_type, part), np.array(stamps, np.int64)))
+    return state
+
+
+def is_nan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)

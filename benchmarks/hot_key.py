@@ -1,0 +1,62 @@
+"""One key with 20M events: does a backfill finish with the default driver memory?
+
+Generates (once, with Spark, into benchmarks/.data/hot_key) 20M events of a single key over
+60 days and 10K queries of that key, then backfills sum, count and max over 1d and 7d with
+each executor asked for, under `local_session()`'s default driver memory, and prints the
+seconds. Issue 3's goal: "a single key holding 20M events backfills with the default driver
+memory".
+
+    python benchmarks/hot_key.py                      # sweep and tiled, 20M events
+    python benchmarks/hot_key.py --events 2000000 --executor tiled
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import timetile as tt
+from timetile.offline.session import local_session
+
+DAY_MS = 86_400_000
+START = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=20_000_000)
+    parser.add_argument("--queries", type=int, default=10_000)
+    parser.add_argument("--executor", default="sweep,tiled")
+    parser.add_argument("--cache", default="benchmarks/.data")
+    args = parser.parse_args()
+    spark = local_session("timetile-hot-key")  # the default driver memory
+    root = Path(args.cache) / f"hot_key_{args.events}"
+    if not (root / "queries").exists():
+        span = 60 * DAY_MS
+        (spark.range(args.events)
+         .selectExpr("1L AS key", f"{START}L + CAST(id * {span // args.events} AS BIGINT) AS ts",
+                     "rand(7) * 100 AS value")
+         .write.mode("overwrite").parquet(str(root / "events")))
+        (spark.range(args.queries)
+         .selectExpr("1L AS key", f"{START}L + CAST(rand(8) * {span} AS BIGINT) AS ts")
+         .write.mode("overwrite").parquet(str(root / "queries")))
+    events = tt.EventSource(str(root / "events"))
+    group_by = tt.GroupBy("hot", events, ["key"], [
+        tt.Aggregation("value", op, windows=["1d", "7d"]) for op in ("sum", "count", "max")])
+    join = tt.Join("hot_key", tt.EventSource(str(root / "queries")), [group_by])
+    print(f"one key, {args.events:,} events, {args.queries:,} queries, driver memory "
+          f"{spark.conf.get('spark.driver.memory')}", file=sys.stderr)
+    for executor in args.executor.split(","):
+        began = time.perf_counter()
+        job = tt.BackfillJob(join, spark, executor=executor)
+        job.dataframe().write.format("noop").mode("overwrite").save()
+        print(f"| {executor} | {time.perf_counter() - began:.1f} s |")
+        for line in job.report.lines():
+            print(f"    {line}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
