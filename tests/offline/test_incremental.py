@@ -38,7 +38,7 @@ def test_day_by_day_with_stored_partials_equals_one_run(spark: Any, tmp_path: Pa
     by_day: list[str] = []
     notes: list[str] = []
     for day in DAYS:  # each run sees only the events that have landed by the end of its day
-        landed = tt.EventSource(events, where=f"ts < {date_to_ms(day) + DAY_MS}")
+        landed = tt.EventSource(events.where(events.ts < date_to_ms(day) + DAY_MS))
         group_by = tt.GroupBy("spend", landed, ["user_id"], AGGREGATIONS)
         job = tt.BackfillJob(tt.Join("daily", queries, [group_by]), spark, start=day, end=day,
                              partials_path=store)
@@ -50,6 +50,21 @@ def test_day_by_day_with_stored_partials_equals_one_run(spark: Any, tmp_path: Pa
                 if "hop partials" in note]
     assert computed == ["2", "1", "1"]  # days 1 and 2 first, then one new day per run
     assert any(path.name.startswith("epoch_day=") for path in Path(store).rglob("*"))
+
+
+def test_a_changed_filter_never_reads_stale_partials(spark: Any, tmp_path: Path) -> None:
+    events_table = random_events(200, 4, seed=8, days=2)
+    events = to_spark(spark, events_table)
+    queries = tt.EventSource(to_spark(spark, random_queries(events_table, 40, seed=9)))
+    store = str(tmp_path / "partials")
+    outputs = []
+    for where in (None, "amount > 0"):
+        group_by = tt.GroupBy("spend", tt.EventSource(events, where=where), ["user_id"],
+                              AGGREGATIONS)
+        join = tt.Join("filtered", queries, [group_by])
+        outputs.append(rows(tt.backfill(join, spark, partials_path=store)))
+        assert outputs[-1] == rows(tt.backfill(join, spark, executor="reference"))
+    assert outputs[0] != outputs[1]
 
 
 def test_a_rerun_rewrites_and_never_double_counts(spark: Any, tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ A hop partial is the state of one key's events in one hop. Hops divide a day, an
 events is immutable once it has landed, so a day's partials, once computed, hold for every
 later backfill of the same definition. They are stored as Parquet under
 ``{root}/{group_by}/{signature}/epoch_day=N`` where the signature hashes what the partials
-depend on (the hop size and the aggregations), so a changed definition never reads stale
-partials. Writes overwrite whole days (dynamic partition overwrite), so a re-run of the same
+depend on (the hop size, the aggregations, and the source's table, time column, ``select``
+and ``where``), so a changed definition never reads stale partials. Writes overwrite whole days (dynamic partition overwrite), so a re-run of the same
 range rewrites and never double counts.
 """
 

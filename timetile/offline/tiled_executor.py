@@ -331,6 +331,16 @@ def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None
             .mapInArrow(HopPass(layout, to_arrow_schema(schema), largest), schema))
 
 
+def _source_signature(plan: PartPlan) -> str:
+    """What stored partials depend on in the source: table, time, selection and filters.
+
+    A DataFrame source has no stable identity, so only its selection and filters count.
+    """
+    source = plan.part.group_by.source
+    table = source.label if isinstance(getattr(source, "table", None), str) else "DataFrame"
+    return repr((table, source.time_column, source.projection, source.filters))
+
+
 def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
                      options: ExecutorOptions, partitions: int) -> DataFrame:
     """Hop partials from the store, computing and storing only the days it lacks."""
@@ -338,7 +348,8 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
         raise ValueError(f"stored partials need a hop that divides a day, and the windows of "
                          f"{plan.part.group_by.name} give {layout.hop_ms} ms")
     assert options.partials_path is not None
-    store = PartialStore.at(options.partials_path, plan.part.group_by.name, layout.signature)
+    store = PartialStore.at(options.partials_path, plan.part.group_by.name,
+                            layout.signature + _source_signature(plan))
     spark = events.sparkSession
     stored = store.stored_days(spark)
     days = {row[0] for row in events.select(epoch_day(F.col(TIME))).distinct().collect()}
