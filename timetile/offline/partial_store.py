@@ -5,8 +5,9 @@ events is immutable once it has landed, so a day's partials, once computed, hold
 later backfill of the same definition. They are stored as Parquet under
 ``{root}/{group_by}/{signature}/epoch_day=N`` where the signature hashes what the partials
 depend on (the hop size, the aggregations, and the source's table, time column, ``select``
-and ``where``), so a changed definition never reads stale partials. Writes overwrite whole days (dynamic partition overwrite), so a re-run of the same
-range rewrites and never double counts.
+and ``where``), so a changed definition never reads stale partials. Writes overwrite whole
+days (dynamic partition overwrite), so a re-run of the same range rewrites and never double
+counts.
 """
 
 from __future__ import annotations

@@ -332,7 +332,7 @@ def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None
 
 
 def _source_signature(plan: PartPlan) -> str:
-    """What stored partials depend on in the source: table, time, selection and filters.
+    """Describe what stored partials depend on in the source: table, time, select, where.
 
     A DataFrame source has no stable identity, so only its selection and filters count.
     """
