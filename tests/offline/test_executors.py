@@ -80,3 +80,23 @@ def test_the_report_names_the_largest_key_hop_group(spark: Any) -> None:
     busiest = max(events.groupBy((events.ts - events.ts % hop).alias("h")).count()
                   .select("count").collect())[0]
     assert f"{busiest:,} events at key (1,)" in line
+
+
+@pytest.mark.parametrize("key_type", ["string", "double"])
+def test_odd_keys_agree_on_every_path(spark: Any, key_type: str) -> None:
+    """String and float keys, two key columns, null and NaN keys on both sides."""
+    odd = {"string": ["a", "b", None], "double": [1.5, float("nan"), None]}[key_type]
+    events = spark.createDataFrame(
+        [(k, c, BASE + t * HOUR_MS, float(t)) for t in range(12) for k in odd for c in (1, 2)],
+        f"k {key_type}, c long, ts long, amount double")
+    queries = spark.createDataFrame(
+        [(k, c, BASE + t * HOUR_MS + 1, t) for t in (0, 5, 11, 13) for k in odd for c in (1, 3)],
+        f"k {key_type}, c long, ts long, qid int")
+    group_by = tt.GroupBy("odd", tt.EventSource(events), ["k", "c"], [
+        tt.Aggregation("amount", "sum", windows=["6h", tt.Window("1d", hop="1h")]),
+        tt.Aggregation("amount", "max")])
+    join = tt.Join("odd", tt.EventSource(queries), [group_by])
+    expected = sorted(repr(tuple(r)) for r in naive_backfill(join, spark).collect())
+    for executor in ("sweep", "tiled", "interval_tree", "reference"):
+        got = sorted(repr(tuple(r)) for r in tt.backfill(join, spark, executor=executor).collect())
+        assert got == expected, executor

@@ -77,3 +77,16 @@ def test_a_rerun_rewrites_and_never_double_counts(spark: Any, tmp_path: Path) ->
     first = rows(tt.backfill(join, spark, partials_path=store))
     second = rows(tt.backfill(join, spark, partials_path=store))
     assert first == second == rows(tt.backfill(join, spark, executor="reference"))
+
+
+def test_a_changed_key_never_reads_stale_partials(spark: Any, tmp_path: Path) -> None:
+    events = spark.createDataFrame([(1, 2, 10, 100.0), (1, 1, 20, 1.0)],
+                                   "u long, v long, ts long, amount double")
+    store = str(tmp_path / "partials")
+    for key in ("u", "v"):
+        queries = spark.createDataFrame([(1, 30)], f"{key} long, ts long")
+        group_by = tt.GroupBy("spend", tt.EventSource(events), [key],
+                              [tt.Aggregation("amount", "sum", windows=["1d"])])
+        join = tt.Join("keyed", tt.EventSource(queries), [group_by])
+        assert rows(tt.backfill(join, spark, partials_path=store)) == rows(
+            tt.backfill(join, spark, executor="reference"))

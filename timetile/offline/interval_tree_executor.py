@@ -12,6 +12,7 @@ query's state. Events are never shuffled, and no task ever holds a key's events.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -163,6 +164,14 @@ class TilingMerge:
                     list(result.items()) if isinstance(result, dict) else result)
 
 
+_NAN_KEY = ("timetile", "NaN")  # stands for a NaN key part: NaN != NaN would defeat lookups
+
+
+def _hashable(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Return the key with NaN parts replaced, so that they compare equal as Spark groups them."""
+    return tuple(_NAN_KEY if isinstance(v, float) and math.isnan(v) else v for v in key)
+
+
 def interval_tree_features(plan: PartPlan, queries: DataFrame,
                            options: ExecutorOptions | None = None) -> DataFrame:
     """Every feature of ``plan`` at every query, by broadcasting the queries.
@@ -178,8 +187,8 @@ def interval_tree_features(plan: PartPlan, queries: DataFrame,
     local = queries.toArrow()
     key_table = local.select(keys).group_by(keys).aggregate([])
     key_values = [tuple(row[k] for k in keys) for row in key_table.to_pylist()]
-    ids = {value: position for position, value in enumerate(key_values)}
-    query_ids = np.array([ids[tuple(row)] for row in zip(
+    ids = {_hashable(value): position for position, value in enumerate(key_values)}
+    query_ids = np.array([ids[_hashable(row)] for row in zip(
         *(local.column(k).to_pylist() for k in keys), strict=True)], dtype=np.int64)
     index = QueryIndex(query_ids, local.column(TIME).to_numpy().astype(np.int64), layout)
     broadcast_index = spark.sparkContext.broadcast(index)

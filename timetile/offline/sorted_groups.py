@@ -15,16 +15,34 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def _differs(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Tell, for each row after the first, whether its value differs from the previous one.
+
+    Nulls equal nulls and NaN equals NaN (as Spark groups them), for any Arrow type.
+    """
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    after, before = column.slice(1), column.slice(0, len(column) - 1)
+    differs = pc.fill_null(pc.not_equal(after, before), False)
+    if pa.types.is_floating(column.type):
+        both_nan = pc.fill_null(pc.and_(pc.is_nan(after), pc.is_nan(before)), False)
+        differs = pc.and_(differs, pc.invert(both_nan))
+    validity = pc.not_equal(pc.is_valid(after), pc.is_valid(before))
+    changed: np.ndarray = pc.or_(differs, validity).to_numpy(zero_copy_only=False)
+    return changed
 
 
 def group_starts(table: pa.Table, columns: Sequence[str]) -> np.ndarray:
     """Row indices where a new group starts (rows with equal ``columns`` are contiguous).
 
-    Nulls compare equal to nulls. O(rows · columns), vectorized.
+    Nulls compare equal to nulls and NaN to NaN. O(rows · columns), vectorized.
 
-    >>> t = pa.table({"k": [1, 1, 2, None, None], "h": [0, 0, 0, 5, 5]})
+    >>> t = pa.table({"k": ["a", "a", None, None, "b"], "h": [0.0, 0.0, float("nan"),
+    ...                                                      float("nan"), 1.0]})
     >>> group_starts(t, ["k", "h"]).tolist()
-    [0, 2, 3]
+    [0, 2, 4]
     """
     rows = table.num_rows
     if rows == 0:
@@ -32,15 +50,12 @@ def group_starts(table: pa.Table, columns: Sequence[str]) -> np.ndarray:
     change = np.zeros(rows, dtype=bool)
     change[0] = True
     for name in columns:
-        column = table.column(name).combine_chunks()
-        valid = column.is_valid().to_numpy(zero_copy_only=False)
-        values = column.fill_null(0).to_numpy(zero_copy_only=False)
-        change[1:] |= (values[1:] != values[:-1]) | (valid[1:] != valid[:-1])
+        change[1:] |= _differs(table.column(name))
     return np.flatnonzero(change)
 
 
 def group_bounds(table: pa.Table, columns: Sequence[str]) -> list[tuple[int, int]]:
-    """``(start, end)`` row ranges of the groups of a table sorted by ``columns``."""
+    """Return the ``(start, end)`` row ranges of the groups of a table sorted by ``columns``."""
     starts = group_starts(table, columns).tolist()
     return list(zip(starts, [*starts[1:], table.num_rows], strict=True))
 
@@ -50,21 +65,33 @@ def whole_groups(
 ) -> Iterator[pa.Table]:
     """Re-cut a stream of batches sorted by ``columns`` into tables of whole groups.
 
-    The last group of each batch is held back until the next batch shows where it ends.
+    The last group of each batch is held back until a later batch shows where it ends.
+    O(rows): each batch is scanned once, and a group spanning many batches is concatenated
+    once, when it closes.
     """
-    pending: pa.Table | None = None
+    pending: list[pa.Table] = []  # the unfinished last group, possibly over many batches
     for batch in batches:
         if batch.num_rows == 0:
             continue
         table = pa.Table.from_batches([batch])
-        if pending is not None:
-            table = pa.concat_tables([pending, table])
-        last_start = int(group_starts(table, columns)[-1])
-        if last_start > 0:
-            yield table.slice(0, last_start)
-        pending = table.slice(last_start)
-    if pending is not None and pending.num_rows:
-        yield pending
+        starts = group_starts(table, columns)
+        continues = bool(pending) and len(group_starts(
+            pa.concat_tables([pending[-1].slice(pending[-1].num_rows - 1), table.slice(0, 1)]),
+            columns)) == 1
+        if pending and not continues:
+            yield pa.concat_tables(pending)
+            pending = []
+        inner = starts[starts > 0] if continues else starts
+        if len(inner) == 0:  # the pending group goes on through this whole batch
+            pending.append(table)
+            continue
+        last_start = int(inner[-1])
+        done = [*pending, table.slice(0, last_start)] if last_start > 0 else pending
+        if done:
+            yield pa.concat_tables(done)
+        pending = [table.slice(last_start)]
+    if pending:
+        yield pa.concat_tables(pending)
 
 
 #: Output rows under construction: column name → values.

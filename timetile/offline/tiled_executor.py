@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -102,7 +103,7 @@ class TiledLayout:
                                 f.aggregation.percentiles)] for f in plan.features),
             windows=windows,
             feature_window=tuple(window_ids[f.window] for f in plan.features),
-            hop_ms=choose_hop(specs),
+            hop_ms=_hop_without_inner_pieces(specs),
         )
 
     @property
@@ -120,6 +121,21 @@ class TiledLayout:
     def state_columns(self) -> list[str]:
         """The state columns, one per distinct aggregator."""
         return [state_column(i) for i in range(len(self.aggregations))]
+
+
+def _hop_without_inner_pieces(specs: list[tuple[WindowKind, int | None, int | None]]) -> int:
+    """Return the hop size, checked: :func:`_pieces` has no in-hop piece for short windows.
+
+    ``choose_hop`` keeps sliding windows at least four hops long and aligns sawtooth and
+    hopping starts to the hop; a window of one hop or less would need
+    :func:`timetile.core.tiling.split_windows`'s ``inner`` pieces.
+    """
+    hop = choose_hop(specs)
+    short = [length for kind, length, _ in specs
+             if kind is WindowKind.SLIDING and length is not None and length < 2 * hop]
+    if short:
+        raise ValueError(f"hop {hop} ms leaves sliding windows {short} without whole hops")
+    return hop
 
 
 def _floor(column: Column, hop: int) -> Column:
@@ -332,13 +348,16 @@ def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None
 
 
 def _source_signature(plan: PartPlan) -> str:
-    """Describe what stored partials depend on in the source: table, time, select, where.
+    """Describe what stored partials depend on in the source: table, time, select, where, keys.
 
     A DataFrame source has no stable identity, so only its selection and filters count.
     """
-    source = plan.part.group_by.source
+    group_by = plan.part.group_by
+    source = group_by.source
     table = source.label if isinstance(getattr(source, "table", None), str) else "DataFrame"
-    return repr((table, source.time_column, source.projection, source.filters))
+    key_types = [plan.events.schema[key].dataType.simpleString() for key in plan.keys]
+    return repr((table, source.time_column, source.projection, source.filters,
+                 group_by.keys, key_types))
 
 
 def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
@@ -389,10 +408,14 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
 
     # Stage 1: hop pass over events and head/edge requests, by (key, hop).
     largest = spark.sparkContext.accumulator((0, ""), LargestGroup())
-    options.gauges[f"largest (key, hop) group of {plan.part.group_by.name}"] = (
-        largest_group_gauge(largest))
+    label = plan.part.group_by.name if plan.part.prefix is None else (
+        f"{plan.part.prefix}_{plan.part.group_by.name}")
+    options.gauges[f"largest (key, hop) group of {label}"] = largest_group_gauge(largest)
     if options.partials_path is None:
-        stage1 = _hop_pass(layout, events, scans, partitions, largest)
+        # Stage 1 feeds both stage 2 (partials) and stage 3 (scans): keep it, so that Spark
+        # does not run the heaviest stage twice. Spark drops it under memory pressure.
+        stage1 = _hop_pass(layout, events, scans, partitions, largest).persist(
+            StorageLevel.MEMORY_AND_DISK)
         partials = stage1.where(F.col(SIDE) == PARTIAL).select(
             *keys, HOP, *layout.state_columns)
     else:
