@@ -230,7 +230,10 @@ def spark_session(progress: JobProgress) -> Iterator[SparkSession]:
         yield active
         return
     with progress.stage("start Spark"):
-        spark = local_session()
+        # Under spark-submit the JVM is already up with the cluster's configuration: take it
+        # rather than forcing the embedded local master.
+        submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+        spark = SparkSession.builder.getOrCreate() if submitted else local_session()
     progress.attach(spark)
     try:
         yield spark
