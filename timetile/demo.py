@@ -39,7 +39,6 @@ DAYS = 60
 BACKFILL_START = "2024-02-01"
 BACKFILL_END = "2024-02-29"
 #: The demo definitions, relative to the repository root.
-EXAMPLE = Path("examples") / "checkout_model.py"
 
 _START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 _DAY_MS = 86_400_000
@@ -193,20 +192,10 @@ def _tables(spark: SparkSession, sizes: DemoSizes, seed: int) -> dict[str, DataF
 
 
 def example_path() -> Path:
-    """Find ``examples/checkout_model.py`` in the source tree timetile runs from.
+    """Return the demo's definitions file, ``timetile/examples/checkout_model.py``.
 
-    The demo needs the repository's ``examples`` directory (an editable install or a clone).
-
-    Raises:
-        FileNotFoundError: when timetile runs from an installed wheel without the examples.
-
+    It ships inside the package, so the demo runs from a clone and from an installed wheel.
     """
-    root = Path(__file__).resolve().parent.parent
-    path = root / EXAMPLE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"the demo's definitions {EXAMPLE} are not next to the timetile package "
-            f"(looked in {root}). Fix: run the demo from a clone of the repository "
-            "(pip install -e .), or run `timetile backfill` on your own definitions"
-        )
-    return path
+    from timetile.examples import checkout_model  # noqa: PLC0415  (reads the data path)
+
+    return Path(checkout_model.__file__)

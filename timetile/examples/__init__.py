@@ -1,0 +1,1 @@
+"""Example definitions shipped with timetile; ``timetile demo`` runs ``checkout_model``."""
