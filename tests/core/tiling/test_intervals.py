@@ -11,7 +11,7 @@ import pytest
 from aggregator_strategies import agree
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiling_helpers import STRESS_OPS, aggregator
+from tiling_helpers import STRESS_OPS, MergeCounter, aggregator
 
 from timetile.core.aggregators import codec
 from timetile.core.tiling import QueryTiling, generate_tiles
@@ -117,25 +117,17 @@ def test_query_tiling_matches_brute_force(op: str, n: int) -> None:
 
 def test_tiling_merge_counts() -> None:
     agg = aggregator("concat")
-    merge = agg.merge
-    calls = 0
-
-    def counting(left: Any, right: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return merge(left, right)
-
-    agg.merge = counting  # type: ignore[method-assign]
+    counter = MergeCounter(agg)
     n = 1000
     tiling = QueryTiling(agg, n)
     rng = np.random.default_rng(3)
     for lo, hi, value, _ in _events(rng, n, 500):
-        calls = 0
+        counter.reset()
         tiling.add(lo, hi, (value,))
-        assert calls <= 2 * math.log2(n)
-    calls = 0
+        assert counter.calls <= 2 * math.log2(n)
+    counter.reset()
     results = tiling.results()
-    assert calls <= 2 * 1024
+    assert counter.calls <= 2 * 1024
     assert len(results) == n
 
 

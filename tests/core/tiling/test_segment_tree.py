@@ -10,6 +10,7 @@ from aggregator_strategies import agree
 from tiling_helpers import (
     INVERTIBLE_OPS,
     STRESS_OPS,
+    MergeCounter,
     aggregator,
     fold_range,
     random_batches,
@@ -67,23 +68,15 @@ def test_segment_tree_keeps_order() -> None:
 
 def test_segment_tree_merge_counts() -> None:
     agg = aggregator("concat")
-    merge = agg.merge
-    calls = 0
-
-    def counting(left: Any, right: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return merge(left, right)
-
-    agg.merge = counting  # type: ignore[method-assign]
+    counter = MergeCounter(agg)
     for n in (1, 2, 3, 5, 1000):
-        calls = 0
+        counter.reset()
         tree = SegmentTree(agg, [(i,) for i in range(n)])
-        assert calls <= n - 1  # build
+        assert counter.calls <= n - 1  # build
         for lo, hi in random_ranges(np.random.default_rng(n), n, 200):
-            calls = 0
+            counter.reset()
             tree.query(lo, hi)
-            assert calls <= max(0, 2 * np.log2(max(hi - lo, 1)))  # query
+            assert counter.calls <= max(0, 2 * np.log2(max(hi - lo, 1)))  # query
 
 
 def test_out_of_range_queries_raise() -> None:

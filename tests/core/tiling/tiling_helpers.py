@@ -80,3 +80,22 @@ def random_ranges(rng: np.random.Generator, n: int, count: int) -> list[tuple[in
         lo, hi = (int(x) for x in rng.integers(0, n + 1, size=2))
         ranges.append((min(lo, hi), max(lo, hi)) if rng.random() < 0.9 else (lo, hi))
     return ranges
+
+
+class MergeCounter:
+    """Counts the merges of an aggregator: ``counter.calls`` since the last ``reset()``."""
+
+    def __init__(self, agg: Aggregator[Any]) -> None:
+        self.calls = 0
+        merge = agg.merge
+
+        def counting(left: Any, right: Any) -> Any:
+            self.calls += 1
+            return merge(left, right)
+
+        agg.merge = counting  # type: ignore[method-assign]
+
+    def reset(self) -> int:
+        """Return the merges counted so far, and start again from zero."""
+        calls, self.calls = self.calls, 0
+        return calls
