@@ -14,8 +14,10 @@ before ``e``). Three Spark stages compute them:
    each tail in O(1) or O(log n) merges.
 3. *assembly* — each query's edge, tail and head states merged in time order and finalized.
 
-Every stage streams sorted partitions through ``mapInArrow`` (:mod:`.sorted_groups`), so
-Python is called once per batch, not once per group. States cross stages as bytes
+Every stage streams sorted partitions through ``mapInArrow`` (:mod:`.sorted_groups`): Spark
+calls Python once per batch, not once per group (as grouped UDFs would), but the merging
+scans themselves still run in Python for each group, which is this executor's main cost
+(see ``benchmarks/RESULTS.md``). States cross stages as bytes
 (``to_bytes``), and every state is computed by the core's aggregators: the same code as the
 reference executor and the online fetcher.
 """
