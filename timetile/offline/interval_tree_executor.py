@@ -25,8 +25,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import QueryTiling
-from timetile.core.windows import MIN_TIME
-from timetile.offline.plan import ExecutorOptions, PartPlan
+from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
 from timetile.offline.reference_executor import non_null, output_schema
 from timetile.offline.sorted_groups import Rows, group_bounds, map_groups
 from timetile.offline.sources import TIME
@@ -48,12 +47,7 @@ class QueryIndex:
         self.key_ids = key_ids[order]
         self.times = times[order]
         self.offsets = np.searchsorted(self.key_ids, np.arange(int(key_ids.max(initial=-1)) + 2))
-        self.bounds = []
-        for window in layout.windows:
-            if window is None:
-                self.bounds.append((np.full_like(self.times, MIN_TIME), self.times))
-            else:
-                self.bounds.append(window.bounds(self.times))
+        self.bounds = [query_bounds(window, self.times) for window in layout.windows]
 
     def span(self, key_id: int) -> tuple[int, int]:
         """Return the rows of one key's queries."""

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -20,6 +22,7 @@ from timetile.api.schema import VALUE_TYPES, check_join
 from timetile.api.sources import EventSource
 from timetile.api.windows import Window
 from timetile.core.types import ValueType
+from timetile.core.windows import WindowKind, window_bounds
 from timetile.offline.sources import TIME, coarse_schema, load_events
 
 
@@ -44,6 +47,18 @@ class ExecutorOptions:
     gauges: dict[str, Callable[[], str | None]] = field(default_factory=dict)
 
 
+def window_spec(window: Window | None) -> tuple[WindowKind, int | None, int | None]:
+    """Return a window as the core's (kind, length, hop); None is the lifetime window."""
+    if window is None:
+        return WindowKind.LIFETIME, None, None
+    return window.window_kind, window.length_ms, window.hop_ms
+
+
+def query_bounds(window: Window | None, query_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return the ``[start, end)`` of a window (None: lifetime) for each query time."""
+    return window_bounds(query_times, *window_spec(window))
+
+
 @dataclass(frozen=True)
 class Feature:
     """One output column: an aggregation over one window (None for lifetime)."""
@@ -52,6 +67,12 @@ class Feature:
     aggregation: Aggregation
     window: Window | None
     input_type: ValueType
+
+    @property
+    def aggregator_key(self) -> tuple[Any, ...]:
+        """What identifies its aggregator: features that share it share states."""
+        aggregation = self.aggregation
+        return (aggregation.column, aggregation.op, aggregation.k, aggregation.percentiles)
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,7 @@ from pyspark.sql import types as T
 from timetile.core.aggregators import Aggregator, make_aggregator
 from timetile.core.reference import aggregate_windows
 from timetile.core.types import ValueType
-from timetile.core.windows import MIN_TIME
-from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
+from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
 from timetile.offline.result_types import arrow_column, spark_type
 from timetile.offline.sources import TIME
 
@@ -70,19 +69,13 @@ class KeyGroupEvaluator:
                 columns[column] = non_null(events.column(column), event_times,
                                            feature.input_type)
             if feature.window not in bounds:
-                bounds[feature.window] = _bounds(feature, query_times)
+                bounds[feature.window] = query_bounds(feature.window, query_times)
             aggregator = build_aggregator(feature)
             values, times = columns[column]
             starts, ends = bounds[feature.window]
             results = aggregate_windows(aggregator, times, values, starts, ends)
             arrays.append(arrow_column(aggregator, results))
         return pa.Table.from_arrays(arrays, schema=self.output_schema)
-
-
-def _bounds(feature: Feature, query_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if feature.window is None:
-        return np.full_like(query_times, MIN_TIME), query_times
-    return feature.window.bounds(query_times)
 
 
 def output_schema(plan: PartPlan, queries: DataFrame) -> T.StructType:

@@ -28,8 +28,7 @@ from timetile.core.kernels.sweep import (
     window_sums,
 )
 from timetile.core.types import ValueType
-from timetile.core.windows import MIN_TIME
-from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
+from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
 from timetile.offline.reference_executor import output_schema
 from timetile.offline.sorted_groups import group_starts, whole_groups
 from timetile.offline.sources import TIME
@@ -135,11 +134,7 @@ class SweepPass:
                                         len(starts), feature.input_type)
             column = columns[name]
             if (name, feature.window) not in runs:
-                if feature.window is None:
-                    low_times = np.full_like(query_times, MIN_TIME)
-                    high_times = query_times
-                else:
-                    low_times, high_times = feature.window.bounds(query_times)
+                low_times, high_times = query_bounds(feature.window, query_times)
                 runs[(name, feature.window)] = window_runs(
                     column.times, column.offsets, query_offsets,
                     low_times.astype(np.int64), high_times.astype(np.int64))

@@ -42,7 +42,7 @@ from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.core.windows import MIN_TIME, WindowKind
 from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
-from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
+from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, window_spec
 from timetile.offline.reference_executor import build_aggregator, non_null, output_schema
 from timetile.offline.sorted_groups import Rows, map_groups
 from timetile.offline.sources import TIME
@@ -85,24 +85,17 @@ class TiledLayout:
         window_ids: dict[Any, int] = {}
         representatives: list[Feature] = []
         for feature in plan.features:
-            aggregation = feature.aggregation
-            signature = (aggregation.column, aggregation.op, aggregation.k,
-                         aggregation.percentiles)
-            if signature not in aggregator_ids:
-                aggregator_ids[signature] = len(aggregator_ids)
+            if feature.aggregator_key not in aggregator_ids:
+                aggregator_ids[feature.aggregator_key] = len(aggregator_ids)
                 representatives.append(feature)
             window_ids.setdefault(feature.window, len(window_ids))
         windows = tuple(window_ids)
-        specs = [(WindowKind.LIFETIME, None, None) if window is None
-                 else (window.window_kind, window.length_ms, window.hop_ms)
-                 for window in windows]
+        specs = [window_spec(window) for window in windows]
         return cls(
             keys=tuple(plan.keys),
             features=plan.features,
             aggregations=tuple(representatives),
-            feature_aggregator=tuple(
-                aggregator_ids[(f.aggregation.column, f.aggregation.op, f.aggregation.k,
-                                f.aggregation.percentiles)] for f in plan.features),
+            feature_aggregator=tuple(aggregator_ids[f.aggregator_key] for f in plan.features),
             windows=windows,
             feature_window=tuple(window_ids[f.window] for f in plan.features),
             hop_ms=_hop_without_inner_pieces(specs),

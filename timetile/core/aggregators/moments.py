@@ -207,7 +207,28 @@ class Stddev(Variance):
         return None if variance is None else math.sqrt(variance)
 
 
-class Skew(_Moments):
+class _StandardizedMoment(_Moments):
+    """The shared rules of ``skew`` and ``kurtosis``, around their :meth:`_shape`.
+
+    None without values or for constant data, NaN with any non-finite value; otherwise the
+    op's own formula over the finite moments.
+    """
+
+    def finalize(self, state: MomentState) -> float | None:
+        """Return the moment (see the module's rules for None and NaN)."""
+        if state.n + state.nonfinite == 0:
+            return None
+        if state.nonfinite:
+            return math.nan
+        if state.m2 == 0.0:
+            return None
+        return self._shape(state)
+
+    def _shape(self, state: MomentState) -> float:
+        raise NotImplementedError
+
+
+class Skew(_StandardizedMoment):
     """Skewness ``sqrt(n) * m3 / sqrt(m2**3)``, Spark's ``skewness``; None for constant data.
 
     >>> agg = Skew(ValueType.FLOAT)
@@ -217,19 +238,12 @@ class Skew(_Moments):
 
     op: ClassVar[str] = "skew"
 
-    def finalize(self, state: MomentState) -> float | None:
-        """Return the skewness (see the module's rules for None and NaN)."""
-        if state.n + state.nonfinite == 0:
-            return None
-        if state.nonfinite:
-            return math.nan
-        if state.m2 == 0.0:
-            return None
+    def _shape(self, state: MomentState) -> float:
         m2 = state.m2
         return _ieee_divide(math.sqrt(state.n) * state.m3, math.sqrt(m2 * m2 * m2))
 
 
-class Kurtosis(_Moments):
+class Kurtosis(_StandardizedMoment):
     """Excess kurtosis ``n * m4 / m2**2 - 3``, Spark's ``kurtosis``; None for constant data.
 
     >>> agg = Kurtosis(ValueType.FLOAT)
@@ -239,12 +253,5 @@ class Kurtosis(_Moments):
 
     op: ClassVar[str] = "kurtosis"
 
-    def finalize(self, state: MomentState) -> float | None:
-        """Return the excess kurtosis (see the module's rules for None and NaN)."""
-        if state.n + state.nonfinite == 0:
-            return None
-        if state.nonfinite:
-            return math.nan
-        if state.m2 == 0.0:
-            return None
+    def _shape(self, state: MomentState) -> float:
         return _ieee_divide(state.n * state.m4, state.m2 * state.m2) - 3.0
