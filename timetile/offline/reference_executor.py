@@ -78,13 +78,16 @@ class KeyGroupEvaluator:
         return pa.Table.from_arrays(arrays, schema=self.output_schema)
 
 
+def feature_fields(plan: PartPlan) -> list[T.StructField]:
+    """One nullable output field per feature of ``plan``, in order."""
+    return [T.StructField(feature.name, spark_type(build_aggregator(feature).result_type()),
+                          nullable=True) for feature in plan.features]
+
+
 def output_schema(plan: PartPlan, queries: DataFrame) -> T.StructType:
     """Keys and time of the queries, then one column per feature."""
-    fields = [queries.schema[name] for name in (*plan.keys, TIME)]
-    for feature in plan.features:
-        result = spark_type(build_aggregator(feature).result_type())
-        fields.append(T.StructField(feature.name, result, nullable=True))
-    return T.StructType(fields)
+    return T.StructType([*(queries.schema[name] for name in (*plan.keys, TIME)),
+                         *feature_fields(plan)])
 
 
 def reference_features(plan: PartPlan, queries: DataFrame,

@@ -1,12 +1,16 @@
 """The sorted-sweep executor: count, sum, avg, min and max without per-group Python.
 
-Events and queries are shuffled once, by key, and sorted by time; each partition streams
+Events and queries are shuffled once, by key, and sorted by key (Spark's sort is cheap on
+one column; the time order within a key is finished in Arrow); each partition streams
 through ``mapInArrow`` in tables of whole keys, and :mod:`timetile.core.kernels.sweep`
 answers every query of every key with vectorized, numba-compiled kernels. It is the fastest
 path for these ops, which are the common case. Its limit is skew: one task holds all the
 events of its keys, where the tiled executor holds at most one hop of one key. ``auto``
 picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a number (or a
 ``count``); ``executor="tiled"`` forces the skew-bounded path.
+
+Columns of the queries beyond keys and time ride through unchanged, so a backfill can send
+its left rows, duplicates included, straight through the sweep: no distinct, no join back.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.core.kernels.sweep import (
@@ -29,11 +34,11 @@ from timetile.core.kernels.sweep import (
 )
 from timetile.core.types import ValueType
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
-from timetile.offline.reference_executor import output_schema
+from timetile.offline.reference_executor import feature_fields
 from timetile.offline.sorted_groups import group_starts, whole_groups
 from timetile.offline.sources import TIME
 
-KIND = "_tt_kind"
+KIND = "_tt_kind"  # 0 on query rows, 1 on event rows
 
 #: The ops the sweep computes, and the column types each accepts.
 SWEEP_OPS: dict[str, frozenset[ValueType]] = {
@@ -104,9 +109,10 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
 class SweepPass:
     """Per partition, sorted by (key, time): every feature of every query, vectorized."""
 
-    def __init__(self, plan: PartPlan, schema: pa.Schema) -> None:
+    def __init__(self, plan: PartPlan, carried: list[str], schema: pa.Schema) -> None:
         self.keys = plan.keys
         self.features: tuple[Feature, ...] = plan.features
+        self.carried = carried
         self.schema = schema
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -115,6 +121,8 @@ class SweepPass:
             yield from self._table(table).to_batches()
 
     def _table(self, table: pa.Table) -> pa.Table:
+        order = [(name, "ascending") for name in (*self.keys, TIME)]
+        table = table.take(pc.sort_indices(table, sort_keys=order))
         starts = group_starts(table, self.keys)
         group_of_row = np.repeat(np.arange(len(starts)), np.diff([*starts, table.num_rows]))
         is_query = table.column(KIND).to_numpy(zero_copy_only=False) == 0
@@ -126,12 +134,12 @@ class SweepPass:
         event_groups = group_of_row[~is_query]
         columns: dict[str, _Column] = {}
         runs: dict[tuple[str, object], tuple[np.ndarray, np.ndarray]] = {}
-        arrays: list[Any] = [queries.column(name) for name in (*self.keys, TIME)]
+        arrays: list[Any] = [queries.column(name) for name in self.carried]
         for feature in self.features:
             name = feature.aggregation.column
             if name not in columns:
-                columns[name] = _Column(events.column(name), event_times, event_groups,
-                                        len(starts), feature.input_type)
+                columns[name] = _Column(events.column(value_column(name)), event_times,
+                                        event_groups, len(starts), feature.input_type)
             column = columns[name]
             if (name, feature.window) not in runs:
                 low_times, high_times = query_bounds(feature.window, query_times)
@@ -142,9 +150,18 @@ class SweepPass:
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
+def value_column(column: str) -> str:
+    """Return the internal name of an event value column in the sweep's union of rows."""
+    return f"_tt_value_{column}"
+
+
 def sweep_features(plan: PartPlan, queries: DataFrame,
                    options: ExecutorOptions | None = None) -> DataFrame:
     """Every feature of ``plan`` at every query, by one sorted sweep per key.
+
+    ``queries`` holds the part's key columns and :data:`TIME`, with no null time; any other
+    columns ride through unchanged. The output has the columns of ``queries``, then one
+    per feature, and one row per query row (duplicates stay duplicates).
 
     Raises:
         ValueError: if a feature is not one the sweep computes (see :func:`sweepable`).
@@ -157,12 +174,20 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     keys = plan.keys
     spark = queries.sparkSession
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
-    value_columns = [c for c in plan.events.columns if c not in (*keys, TIME)]
-    events = plan.events.select(*keys, TIME, F.lit(1).alias(KIND), *value_columns)
-    asked = queries.select(*keys, TIME, F.lit(0).alias(KIND), *[
-        F.lit(None).cast(plan.events.schema[c].dataType).alias(c) for c in value_columns])
-    schema = output_schema(plan, queries)
+    events_schema = plan.events.schema
+    values = [c for c in plan.events.columns if c not in (*keys, TIME)]
+    carried = queries.columns
+    riders = [c for c in carried if c not in (*keys, TIME)]
+    kind = F.lit(1).cast("byte").alias(KIND)
+    events = plan.events.select(
+        *keys, TIME, kind, *[F.col(c).alias(value_column(c)) for c in values],
+        *[F.lit(None).cast(queries.schema[c].dataType).alias(c) for c in riders])
+    asked = queries.select(
+        *keys, TIME, F.lit(0).cast("byte").alias(KIND),
+        *[F.lit(None).cast(events_schema[c].dataType).alias(value_column(c)) for c in values],
+        *riders)
+    schema = T.StructType([*queries.schema.fields, *feature_fields(plan)])
     return (events.unionByName(asked)
             .repartition(partitions, *keys)
-            .sortWithinPartitions(*keys, TIME, KIND)
-            .mapInArrow(SweepPass(plan, to_arrow_schema(schema)), schema))
+            .sortWithinPartitions(*keys)
+            .mapInArrow(SweepPass(plan, carried, to_arrow_schema(schema)), schema))
