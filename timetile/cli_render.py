@@ -152,6 +152,10 @@ def print_summary(console: Console, join: Join, report: JobReport, *, rows: int,
         ("definitions", str(definitions)),
         ("output", str(output)),
     ]
+    if join.derived_columns():  # Join.derivations: say what the output table holds
+        written = "with" if join.keeps_features else "instead of"
+        lines.insert(2, ("derived", f"{len(join.derived_columns())} columns, written "
+                                    f"{written} the features"))
     body = Text()
     for index, (name, value) in enumerate(lines):
         body.append(f"{name:>14}  ", style="bold")

@@ -1,6 +1,6 @@
 """A realistic marketplace dataset for the demo, generated in Spark so it scales.
 
-Five tables, written as Parquet under a data directory (``timetile-demo/data`` by default,
+Seven tables, written as Parquet under a data directory (``timetile-demo/data`` by default,
 or ``$TIMETILE_DEMO_DATA``), the inputs of ``examples/checkout_model.py``:
 
 ========== ==================================================================================
@@ -10,6 +10,8 @@ views      ``user_id``, ``listing_id``, ``ts`` (epoch ms), ``duration`` (seconds
 purchases  ``user_id``, ``listing_id``, ``seller_id``, ``ts``, ``quantity``, ``amount``
 checkouts  ``checkout_id``, ``user_id``, ``listing_id``, ``seller_id``, ``ts``: the left side,
            with ~1% exact duplicate rows and two rows whose ``ts`` is null
+ratings_*  an entity source: daily snapshots and mutations of listing ratings
+           (:mod:`timetile.demo_ratings`), the input of ``examples/listing_ratings.py``
 ========== ==================================================================================
 
 Every row is computed by executors from ``spark.range`` with seeded ``rand``: the driver
@@ -28,6 +30,8 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
+from timetile.demo_ratings import rating_tables
+
 #: The environment variable that tells ``examples/checkout_model.py`` where the data is.
 DATA_ENV = "TIMETILE_DEMO_DATA"
 #: Where the data goes by default, relative to the current directory.
@@ -45,15 +49,17 @@ _DAY_MS = 86_400_000
 _ZIPF_EXPONENT = 0.8
 _CATEGORIES = ("home", "fashion", "electronics", "toys", "books", "garden", "sports", "art")
 _COUNTRIES = ("US", "GB", "DE", "FR", "BR", "IN", "JP", "MX")
-_TABLES = ("users", "listings", "views", "purchases", "checkouts")
+_TABLES = ("users", "listings", "views", "purchases", "checkouts", "ratings_snapshots",
+           "ratings_mutations")
 
 
 @dataclass(frozen=True)
 class DemoSizes:
     """How many rows each table gets, all derived from the number of views.
 
-    >>> DemoSizes.for_events(200_000)
-    DemoSizes(views=200000, users=1000, listings=2000, purchases=10000, checkouts=4000)
+    >>> DemoSizes.for_events(200_000)  # doctest: +NORMALIZE_WHITESPACE
+    DemoSizes(views=200000, users=1000, listings=2000, purchases=10000, checkouts=4000,
+              ratings=5000)
     """
 
     views: int
@@ -61,10 +67,11 @@ class DemoSizes:
     listings: int
     purchases: int
     checkouts: int
+    ratings: int
 
     @classmethod
     def for_events(cls, events: int) -> DemoSizes:
-        """Sizes for ``events`` views: one user per 200 views, one checkout per 50."""
+        """Sizes for ``events`` views: a user per 200 views, a checkout per 50, a rating per 40."""
         if events < 1:
             raise ValueError(f"events must be positive, not {events}")
         return cls(
@@ -73,6 +80,7 @@ class DemoSizes:
             listings=max(20, events // 100),
             purchases=max(10, events // 20),
             checkouts=max(10, events // 50),
+            ratings=max(20, events // 40),
         )
 
     @property
@@ -112,7 +120,7 @@ def _pick(values: tuple[str, ...], key: Column) -> Column:
 
 def generate(spark: SparkSession, data_dir: str | Path, events: int = 200_000,
              seed: int = 7) -> DemoSizes:
-    """Write the five demo tables as Parquet under ``data_dir``, replacing what is there.
+    """Write the demo tables as Parquet under ``data_dir``, replacing what is there.
 
     Args:
         spark: the session; the data is computed and written by its executors.
@@ -182,7 +190,13 @@ def _tables(spark: SparkSession, sizes: DemoSizes, seed: int) -> dict[str, DataF
         sf.col("id").alias("seller_id"),
         sf.lit(None).cast("long").alias("ts"),
     )
+    rating_ids = spark.range(sizes.ratings, numPartitions=1).select(
+        sf.col("id").alias("rating_id"),
+        zipf_id(sf.rand(seed + 17), sizes.listings).alias("listing_id"),
+        zipf_id(sf.rand(seed + 18), sizes.users).alias("user_id"),
+    )
     return {
+        **rating_tables(rating_ids, start_ms=_START_MS, days=DAYS, seed=seed + 19),
         "users": users,
         "listings": listings,
         "views": views,

@@ -27,11 +27,20 @@ class Aggregation:
         windows: window strings (``"7d"``) or :class:`Window` objects; none means lifetime.
         k: how many values ``first_k``, ``last_k``, ``top_k`` and ``bottom_k`` keep.
         percentiles: the ranks in [0, 1] that ``approx_percentile`` returns, in order.
+        buckets: string columns to break the result down by (Chronon's bucketed
+            aggregations). Each window then gives, per bucket column, a map from bucket value
+            to the op's result over that bucket's rows alone, with one entry per bucket value
+            that has a non-null value of ``column`` in the window; rows whose bucket is null
+            are left out, and an empty window gives a null map, whatever the op (``count``
+            too). Such an aggregation outputs only the bucketed columns
+            (``…_{window}_by_{bucket}``), for each window in order, for each bucket in order.
 
     >>> [window.name for window in Aggregation("duration", "sum", windows=["1h", "7d"]).windows]
     ['1h', '7d']
     >>> Aggregation("listing_id", "last_k", k=5).column_names("user_views")
     ['user_views_listing_id_last_k']
+    >>> Aggregation("price", "sum", windows=["1d"], buckets=["category"]).column_names("items")
+    ['items_price_sum_1d_by_category']
 
     """
 
@@ -40,6 +49,7 @@ class Aggregation:
     windows: Sequence[str | Window] | None = None
     k: int | None = None
     percentiles: Sequence[float] | None = None
+    buckets: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         subject = f"Aggregation({self.column!r}, {self.op!r})"
@@ -54,6 +64,8 @@ class Aggregation:
         object.__setattr__(self, "windows", windows)
         if self.percentiles is not None:
             object.__setattr__(self, "percentiles", tuple(float(p) for p in self.percentiles))
+        if self.buckets is not None:
+            object.__setattr__(self, "buckets", self._parse_buckets(subject))
 
     def _check_params(self, subject: str) -> None:
         spec = OPS[self.op]
@@ -101,17 +113,71 @@ class Aggregation:
                                          "list each window once")
         return parsed
 
+    def _parse_buckets(self, subject: str) -> tuple[str, ...]:
+        """Check ``buckets``: a non-empty list of distinct column names, none the input column."""
+        def fail(field: str, message: str, fix: str) -> DefinitionError:
+            return DefinitionError.single(subject, field, message, fix)
+
+        if isinstance(self.buckets, str):
+            raise fail("buckets", "is a single column, not a list",
+                       f"write buckets=[{self.buckets!r}]")
+        assert self.buckets is not None
+        buckets = tuple(self.buckets)
+        if not buckets:
+            raise fail("buckets", "is empty", "give at least one bucket column, or None")
+        for index, bucket in enumerate(buckets):
+            if not isinstance(bucket, str) or not bucket:
+                raise fail(f"buckets[{index}]", f"{bucket!r} is not a column name",
+                           "name a string column of the source")
+            if bucket == self.column:
+                raise fail(f"buckets[{index}]", f"{bucket!r} is the aggregated column",
+                           "bucket by another column")
+        duplicates = sorted({bucket for bucket in buckets if buckets.count(bucket) > 1})
+        if duplicates:
+            raise fail("buckets", f"repeats {', '.join(duplicates)}", "list each bucket once")
+        return buckets
+
     @property
     def window_list(self) -> tuple[Window | None, ...]:
         """The windows, with None standing for the lifetime window."""
         return (None,) if self.windows is None else tuple(self.windows)  # type: ignore[arg-type]
 
-    def column_names(self, group_by: str, prefix: str | None = None) -> list[str]:
-        """Output column names, one per window: ``{prefix_}{group_by}_{column}_{op}_{window}``.
+    @property
+    def bucket_list(self) -> tuple[str | None, ...]:
+        """The bucket columns, with None standing for "not bucketed"."""
+        return (None,) if self.buckets is None else tuple(self.buckets)
 
-        A lifetime aggregation drops the ``_{window}`` suffix.
+    def outputs(self, group_by: str, prefix: str | None = None
+                ) -> list[tuple[str, Window | None, str | None]]:
+        """Every output as ``(name, window, bucket)``: for each window, for each bucket.
+
+        Names are ``{prefix_}{group_by}_{column}_{op}_{window}``, with ``_by_{bucket}``
+        appended when bucketed; a lifetime aggregation (window None) drops the
+        ``_{window}`` part.
+
+        >>> agg = Aggregation("price", "max", windows=["1h", "1d"], buckets=["shop", "kind"])
+        >>> for name, window, bucket in agg.outputs("items", prefix="p"):
+        ...     print(name, window.name, bucket)
+        p_items_price_max_1h_by_shop 1h shop
+        p_items_price_max_1h_by_kind 1h kind
+        p_items_price_max_1d_by_shop 1d shop
+        p_items_price_max_1d_by_kind 1d kind
         """
         stem = f"{prefix}_{group_by}" if prefix else group_by
         base = f"{stem}_{self.column}_{self.op}"
-        return [base if window is None else f"{base}_{window.name}"
-                for window in self.window_list]
+        made = []
+        for window in self.window_list:
+            windowed = base if window is None else f"{base}_{window.name}"
+            for bucket in self.bucket_list:
+                name = windowed if bucket is None else f"{windowed}_by_{bucket}"
+                made.append((name, window, bucket))
+        return made
+
+    def column_names(self, group_by: str, prefix: str | None = None) -> list[str]:
+        """Output column names, in the order of :meth:`outputs`.
+
+        ``{prefix_}{group_by}_{column}_{op}_{window}``, one per window, or with buckets one
+        per (window, bucket) ending in ``_by_{bucket}``. A lifetime aggregation drops the
+        ``_{window}`` part.
+        """
+        return [name for name, _, _ in self.outputs(group_by, prefix)]

@@ -10,8 +10,13 @@ from enum import Enum
 from timetile.api.aggregation import Aggregation
 from timetile.api.errors import DefinitionError, Problem
 from timetile.api.sources import EntitySource, EventSource
+from timetile.api.windows import Window
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+#: The ops that merge the rows of a pre-aggregated source (``EventSource(period=...)``).
+PERIOD_OPS = ("sum", "min", "max", "first", "last", "first_k", "last_k")
 
 
 class Accuracy(Enum):
@@ -43,13 +48,19 @@ class GroupBy:
         source: an :class:`EventSource` or an :class:`EntitySource`.
         keys: the columns that identify an entity (``["user_id"]``).
         aggregations: what to compute. Every aggregation, column and window of a GroupBy
-            is computed in one pass over the source.
+            is computed in one pass over the source. None on an :class:`EntitySource`
+            makes a lookup: the source's ``select`` (required) names the columns, and each
+            non-key one becomes an output ``{group_by}_{column}`` holding the value of the
+            key's row in the table's state at query time (see :attr:`lookup_columns`).
         accuracy: ``Accuracy.TEMPORAL`` (default) or ``Accuracy.SNAPSHOT``.
 
     >>> views = EventSource("events.views")
     >>> gb = GroupBy("user_views", views, ["user_id"], [Aggregation("duration", "sum", ["7d"])])
     >>> gb.output_columns()
     ['user_views_duration_sum_7d']
+    >>> users = EntitySource("users", select=["user_id", "country", "age"])
+    >>> GroupBy("users", users, ["user_id"]).output_columns(prefix="guest")
+    ['guest_users_country', 'guest_users_age']
 
     """
 
@@ -88,6 +99,15 @@ class GroupBy:
             if isinstance(self.source, EventSource):
                 problems.append(Problem("aggregations", "an event source needs aggregations",
                                         "give aggregations=[tt.Aggregation(...)]"))
+            elif self.source.projection is None:
+                problems.append(Problem(
+                    "source.select", "a lookup (aggregations=None) needs select",
+                    "list the key and the columns to look up, e.g. select=['user_id', "
+                    "'country']"))
+            elif not self.lookup_columns:
+                problems.append(Problem(
+                    "source.select", "selects only keys, so the lookup has nothing to return",
+                    "select the columns to look up besides the keys"))
             return problems
         if not self.aggregations:
             problems.append(Problem("aggregations", "is empty",
@@ -105,6 +125,7 @@ class GroupBy:
                 ))
         if problems:
             return problems
+        problems += self._period_problems()
         names = self.output_columns()
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
@@ -114,12 +135,56 @@ class GroupBy:
             ))
         return problems
 
+    def _period_problems(self) -> list[Problem]:
+        """Check a pre-aggregated source: ops that merge partials, windows of whole periods."""
+        source = self.source
+        if not isinstance(source, EventSource) or source.period_ms is None:
+            return []
+        period = source.period_ms
+        problems = []
+        for index, aggregation in enumerate(self.aggregations or ()):
+            if aggregation.op not in PERIOD_OPS:
+                problems.append(Problem(
+                    f"aggregations[{index}].op", f"{aggregation.op} does not merge partial "
+                    f"aggregates: {source.label} holds one row per {source.period}",
+                    f"use one of {', '.join(PERIOD_OPS)} over the partial columns (an average "
+                    "is sum(sums) / sum(counts): write it in the Join's derivations)"))
+            for window in aggregation.windows or ():
+                assert isinstance(window, Window)
+                if window.length_ms % period or (window.hop_ms or period) % period:
+                    problems.append(Problem(
+                        f"aggregations[{index}].windows",
+                        f"{window.name} is not a whole number of periods of {source.period}",
+                        f"use windows and hops that are multiples of {source.period}"))
+        return problems
+
     @property
     def time_column(self) -> str | None:
         """The source's time column, if it has one."""
         return self.source.time_column
 
+    @property
+    def is_lookup(self) -> bool:
+        """Whether this is a lookup: an entity source without aggregations."""
+        return self.aggregations is None and isinstance(self.source, EntitySource)
+
+    @property
+    def lookup_columns(self) -> tuple[str, ...]:
+        """A lookup's value columns: the selected columns that are not keys, in select order.
+
+        Empty for a GroupBy with aggregations.
+        """
+        if not self.is_lookup or self.source.projection is None:
+            return ()
+        return tuple(name for name, _ in self.source.projection if name not in self.keys)
+
     def output_columns(self, prefix: str | None = None) -> list[str]:
-        """Every output column, in definition order."""
-        return [name for aggregation in self.aggregations or ()
-                for name in aggregation.column_names(self.name, prefix)]
+        """Every output column, in definition order.
+
+        ``{prefix_}{group_by}_{column}`` per :attr:`lookup_columns` for a lookup, else the
+        aggregations' columns (:meth:`Aggregation.column_names`).
+        """
+        stem = f"{prefix}_{self.name}" if prefix else self.name
+        return [f"{stem}_{column}" for column in self.lookup_columns] + [
+            name for aggregation in self.aggregations or ()
+            for name in aggregation.column_names(self.name, prefix)]

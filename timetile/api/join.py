@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from timetile.api.errors import DefinitionError, Problem
 from timetile.api.group_by import GroupBy, check_name
 from timetile.api.sources import EntitySource, EventSource
+
+#: The key of ``Join.derivations`` (and its only value) that keeps every feature column.
+KEEP_FEATURES = "*"
+_COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INTERNAL_PREFIX = "_tt_"  # timetile's own columns (``timetile.offline.sources``)
 
 
 @dataclass(frozen=True)
@@ -76,19 +82,42 @@ class Join:
     """Every left row, enriched with point-in-time-correct features (DESIGN §2, contract).
 
     Each left row is a query at its time: its features are computed from events strictly
-    before that time. The output holds every left row exactly once, its columns unchanged,
-    plus one column per (part, aggregation, window).
+    before that time. The output holds every left row exactly once, its columns unchanged
+    and first, then :meth:`final_columns`: one column per (part, aggregation, window)
+    (:meth:`output_columns`), or, with ``derivations``, what they ask for.
 
     Args:
         name: the model's name, explicit (used for output tables and logs).
         left: the queries: an :class:`EventSource` (its ``time_column`` is the query time).
         parts: GroupBys, or :class:`JoinPart` to set ``prefix`` and ``key_mapping``.
+        derivations: ``{name: spark_sql_expression}``: columns computed per row over the
+            left columns and every feature column, e.g. ``{"views_per_purchase":
+            "user_views_count_7d / nullif(user_purchases_count_7d, 0)"}``. The derived
+            columns follow the left columns in the given order, and replace the feature
+            columns unless the key ``"*"`` (with the value ``"*"``) keeps them, before the
+            derived ones. An expression sees every feature column, kept or not. None or
+            ``{}``: no derivations. Names are checked here; expressions, against the real
+            schemas before any job starts (unknown columns, syntax, aggregates, a name
+            that a left column has). Kept as (name, expression) pairs in the given order,
+            ``"*"`` included; :attr:`derivation_items` leaves ``"*"`` out.
+
+    >>> from timetile import Aggregation, EventSource
+    >>> views = GroupBy("views", EventSource("v"), ["user_id"],
+    ...                 [Aggregation("duration", "sum", ["1d"]), Aggregation("duration", "count")])
+    >>> join = Join("model", EventSource("q"), [views], derivations={
+    ...     "*": "*", "per_view": "views_duration_sum_1d / nullif(views_duration_count, 0)"})
+    >>> join.final_columns()
+    ['views_duration_sum_1d', 'views_duration_count', 'per_view']
+    >>> Join("model", EventSource("q"), [views], derivations={
+    ...     "long": "views_duration_sum_1d > 3600"}).final_columns()
+    ['long']
 
     """
 
     name: str
     left: EventSource | EntitySource
     parts: Sequence[GroupBy | JoinPart]
+    derivations: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         check_name("Join", self.name)
@@ -110,11 +139,28 @@ class Join:
         problems = self._repeated_columns()
         if problems:
             raise DefinitionError(subject, problems)
+        derivations, problems = _checked_derivations(self.derivations, self.output_columns())
+        if problems:
+            raise DefinitionError(subject, problems)
+        object.__setattr__(self, "derivations", derivations)
 
     @property
     def join_parts(self) -> tuple[JoinPart, ...]:
         """The parts, each normalized to a :class:`JoinPart`."""
         return self.parts  # type: ignore[return-value]
+
+    @property
+    def derivation_items(self) -> tuple[tuple[str, str], ...]:
+        """The derived columns as (name, expression) pairs in the given order, without ``"*"``."""
+        pairs: tuple[tuple[str, str], ...] = self.derivations  # type: ignore[assignment]
+        return tuple((name, expression) for name, expression in pairs
+                     if name != KEEP_FEATURES)
+
+    @property
+    def keeps_features(self) -> bool:
+        """Whether the output holds the feature columns: no derivations, or ``"*"`` among them."""
+        pairs: tuple[tuple[str, str], ...] = self.derivations  # type: ignore[assignment]
+        return not pairs or any(name == KEEP_FEATURES for name, _ in pairs)
 
     def _repeated_columns(self) -> list[Problem]:
         seen: dict[str, int] = {}
@@ -139,5 +185,73 @@ class Join:
         return problems
 
     def output_columns(self) -> list[str]:
-        """Return the feature columns added to the left rows, in part order."""
+        """Return the feature columns, in part order, kept in the output or not.
+
+        Without derivations these are the columns the output adds to the left ones; see
+        :meth:`final_columns` for what it adds after derivations.
+        """
         return [column for part in self.join_parts for column in part.output_columns()]
+
+    def derived_columns(self) -> list[str]:
+        """Return the names of the derived columns, in the order given (``"*"`` left out)."""
+        return [name for name, _ in self.derivation_items]
+
+    def final_columns(self) -> list[str]:
+        """Return the columns the output holds after the left columns, derivations applied.
+
+        Every feature column when there are no derivations or ``"*"`` is among them, then
+        the derived columns in order. The output table is the left columns, then these.
+        """
+        features = self.output_columns() if self.keeps_features else []
+        return [*features, *self.derived_columns()]
+
+
+def _checked_derivations(
+    given: object, features: Sequence[str]
+) -> tuple[tuple[tuple[str, str], ...], list[Problem]]:
+    """Check ``Join.derivations`` without an engine; return them as ordered pairs.
+
+    Checks: a mapping of column names (identifiers, not timetile's ``_tt_`` ones) to
+    non-empty strings; ``"*"`` maps to ``"*"``; with ``"*"``, no derived name is a feature
+    column's (compared case-insensitively, as Spark resolves names). Expressions and clashes
+    with left columns need the schemas: ``timetile.offline.derivations`` checks those.
+    """
+    if given is None:
+        return (), []
+    if not isinstance(given, Mapping):
+        return (), [Problem("derivations", f"{given!r} is not a mapping",
+                            "give derivations={'name': 'spark sql expression', ...}, with "
+                            "'*': '*' to keep every feature column")]
+    pairs = tuple(given.items())
+    keep = KEEP_FEATURES in given
+    kept = {column.casefold() for column in features} if keep else set()
+    problems = []
+    seen: dict[str, str] = {}
+    for name, expression in pairs:
+        field = f"derivations[{name!r}]"
+        if name == KEEP_FEATURES:
+            if expression != KEEP_FEATURES:
+                problems.append(Problem(field, f"maps to {expression!r}, and '*' can only map "
+                                        "to '*'", "write '*': '*' to keep every feature "
+                                        "column, or leave '*' out to keep only derived ones"))
+            continue
+        if not isinstance(name, str) or not _COLUMN_NAME.match(name) or name.startswith(
+                _INTERNAL_PREFIX):
+            problems.append(Problem(field, f"{name!r} is not a valid column name",
+                                    "use letters, digits and underscores, starting with a "
+                                    "letter, e.g. 'views_per_purchase'"))
+        elif name.casefold() in kept:
+            problems.append(Problem(field, f"{name!r} is a feature column, which '*' keeps",
+                                    "give the derived column another name, or leave '*' out "
+                                    "to replace the feature columns"))
+        elif name.casefold() in seen:
+            problems.append(Problem(field, f"{name!r} differs from {seen[name.casefold()]!r} "
+                                    "only in case, and Spark resolves names without case",
+                                    "give the derived columns names that differ in letters"))
+        else:
+            seen[name.casefold()] = name
+        if not isinstance(expression, str) or not expression.strip():
+            problems.append(Problem(field, f"{expression!r} is not an expression",
+                                    "write a Spark SQL expression over the left and feature "
+                                    "columns, e.g. 'a / nullif(b, 0)'"))
+    return pairs, problems

@@ -7,7 +7,7 @@ offline layer reads them off Spark DataFrames (after ``select`` and ``where``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from timetile.api.errors import DefinitionError, Problem, one_of
 from timetile.api.group_by import GroupBy
@@ -62,6 +62,24 @@ def group_by_problems(group_by: GroupBy, schema: Schema, field: str = "") -> lis
                 f"{where}.op", f"{aggregation.op} needs a numeric column, and "
                 f"{aggregation.column!r} is {column_type}",
                 f"aggregate a numeric column, or use one of {', '.join(numeric_ops)}",
+            ))
+        problems += _bucket_problems(aggregation.buckets or (), where, label, schema)
+    return problems
+
+
+def _bucket_problems(buckets: Sequence[str], where: str, label: str,
+                     schema: Schema) -> list[Problem]:
+    """Problems of an aggregation's bucket columns: absent, or not strings."""
+    problems = []
+    for index, bucket in enumerate(buckets):
+        field = f"{where}.buckets[{index}]"
+        if bucket not in schema:
+            problems.append(_missing(field, bucket, label, schema))
+        elif schema[bucket] != "string":
+            problems.append(Problem(
+                field, f"{bucket!r} is {schema[bucket]}, and buckets must be strings",
+                f"cast it in the source's select, e.g. {{'{bucket}': "
+                f"'CAST({bucket} AS STRING)'}}",
             ))
     return problems
 

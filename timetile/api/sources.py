@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timetile.api.errors import DefinitionError
+from timetile.core.timeutil import parse_duration
 
 #: What ``select`` holds once normalized: (output name, Spark SQL expression) pairs.
 Projection = tuple[tuple[str, str], ...]
@@ -103,6 +104,19 @@ def is_path(table: str) -> bool:
     return "/" in table or "\\" in table or ":" in table
 
 
+def _parse_period(period: object) -> int:
+    """Parse a period, a positive duration string like a window length, into milliseconds."""
+    fix = "write '<n><unit>' with unit one of s, m, h, d (e.g. '1h'), or None for raw events"
+    if not isinstance(period, str):
+        raise DefinitionError.single("EventSource", "period", f"{period!r} is not a duration",
+                                     fix)
+    try:
+        return parse_duration(period)
+    except ValueError:
+        raise DefinitionError.single("EventSource", "period",
+                                     f"{period!r} is not a positive duration", fix) from None
+
+
 @dataclass(frozen=True)
 class EventSource(_Projected):
     """An append-only log of events, each with a time (DESIGN §2).
@@ -113,9 +127,15 @@ class EventSource(_Projected):
             ISO-8601 string. Rows whose time is null or unparseable are left out and counted.
         select: columns to keep, as a list of names or ``{name: spark_sql_expression}``.
         where: Spark SQL filters, ANDed.
+        period: for pre-aggregated data, the cadence its rows land at (``"1h"``, ``"1d"``):
+            each row is the partial aggregate of one period, so a feature at q is the
+            TEMPORAL feature at ``floor(q, period)`` (after the SNAPSHOT floor to the day,
+            under that accuracy). None (the default) for raw events.
 
     >>> EventSource("events.views", time_column="ts", where="duration > 0").where
     ('duration > 0',)
+    >>> EventSource("hourly_views", period="1h").period_ms
+    3600000
 
     """
 
@@ -123,6 +143,7 @@ class EventSource(_Projected):
     time_column: str = "ts"
     select: Projection | Mapping[str, str] | Sequence[str] | None = None
     where: tuple[str, ...] | str | Sequence[str] | None = None
+    period: str | None = None
 
     def __post_init__(self) -> None:
         _check_table("EventSource", "table", self.table)
@@ -131,6 +152,13 @@ class EventSource(_Projected):
                                          "name the column that holds each event's time")
         object.__setattr__(self, "select", _normalize_select("EventSource", self.select))
         object.__setattr__(self, "where", _normalize_where("EventSource", self.where))
+        if self.period is not None:
+            _parse_period(self.period)
+
+    @property
+    def period_ms(self) -> int | None:
+        """The period in milliseconds, or None for raw (not pre-aggregated) events."""
+        return None if self.period is None else _parse_period(self.period)
 
     @property
     def label(self) -> str:

@@ -51,9 +51,13 @@ class ResultType:
     """The type of a finalized aggregation result.
 
     ``element`` is the scalar type, the array's element type, or the map's value type;
-    ``key`` is the map's key type and is set only when ``shape`` is ``MAP``.
+    ``key`` is the map's key type and is set only when ``shape`` is ``MAP``. ``bucketed``
+    wraps the whole: a map from a string bucket to a result of this type
+    (:class:`timetile.core.aggregators.bucketed.Bucketed`), whose values may be null where
+    the op's result may be (``variance`` of one value).
     """
 
     element: ValueType
     shape: Shape = Shape.SCALAR
     key: ValueType | None = None
+    bucketed: bool = False

@@ -17,12 +17,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.api.join import Join
-from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
+from timetile.offline.derivations import apply_derivations, check_plan
+from timetile.offline.entities import DAY
+from timetile.offline.entity_executor import entity_features, entity_output_fields
 from timetile.offline.interval_tree_executor import (
     BROADCAST_QUERY_LIMIT,
     interval_tree_features,
 )
-from timetile.offline.plan import BackfillPlan, ExecutorOptions, PartPlan, plan_backfill
+from timetile.offline.plan import (
+    AnyPartPlan,
+    BackfillPlan,
+    EntityPartPlan,
+    ExecutorOptions,
+    PartPlan,
+    plan_backfill,
+)
 from timetile.offline.reference_executor import reference_features
 from timetile.offline.report import BadInputError, JobReport, SourceCounts
 from timetile.offline.sources import TIME
@@ -100,30 +110,77 @@ class BackfillJob:
                                        gauges=self.report.gauges)
         with self.report.stage("plan"):
             self.plan: BackfillPlan = plan_backfill(join, spark)
+            check_plan(self.plan)  # derivations, against the real schemas
+        if self.plan.entity_left and self.range_ms is not None:  # a left row is its day's end
+            self.range_ms = (_shifted(self.range_ms[0]), _shifted(self.range_ms[1]))
         with self.report.stage("count input"):
             self.report.sources.extend(_count_sources(self.plan))
         self._check_input(strict)
+        with self.report.stage("find snapshot days"):
+            self._check_snapshots(strict)
 
     def _check_input(self, strict: bool) -> None:
         for source in self.report.sources:
             if source.without_time and strict:
                 raise BadInputError(
                     f"{source.role} ({source.label}): {source.without_time:,} of "
-                    f"{source.rows:,} rows have a null or unparseable time. Fix: repair or "
-                    "filter them in the source's where, or run without strict to leave them out"
+                    f"{source.rows:,} rows have a null or unparseable {source.time}. Fix: "
+                    "repair or filter them in the source's where, or run without strict to "
+                    "leave them out"
                 )
             if source.left_out:
                 log.warning("%s (%s): %s rows left out (%s without time, %s without key)",
                             source.role, source.label, f"{source.left_out:,}",
                             f"{source.without_time:,}", f"{source.without_key:,}")
 
+    def _check_snapshots(self, strict: bool) -> None:
+        """Find, per entity part, the query days and those without a previous snapshot.
+
+        Two small jobs per entity part (the distinct days of the left rows and of the
+        snapshot partitions); the features of queries on a day whose previous snapshot is
+        missing are null, and the report says how many left rows that touches.
+        """
+        parts = list(self.plan.parts)
+        left = self._kept_left()
+        for index, part in enumerate(parts):
+            if not isinstance(part, EntityPartPlan):
+                continue
+            day = F.floor(part.as_of(F.col(TIME)) / DAY_MS)
+            days = {row[0] for row in left.where(F.col(TIME).isNotNull()).select(day)
+                    .distinct().collect()}
+            partitions = part.tables.partitions
+            available = {row[0] for row in partitions.where(F.col(DAY).isNotNull())
+                         .distinct().collect()}
+            missing = frozenset(d for d in days if d - 1 not in available)
+            parts[index] = replace(part, query_days=frozenset(days), missing_days=missing)
+            if not missing:
+                continue
+            rows = left.where(day.isin(sorted(missing))).count()
+            listed = [ms_to_iso((d - 1) * DAY_MS)[:10] for d in sorted(missing)]
+            message = (
+                f"{part.part.group_by.name} ({part.tables.source.label}): no snapshot "
+                f"partition for {len(missing)} day(s) ({', '.join(listed[:5])}"
+                f"{', …' if len(listed) > 5 else ''}), so the features of {rows:,} left rows "
+                "on the days after are null")
+            if strict:
+                raise BadInputError(f"{message}. Fix: land those partitions, or choose "
+                                    "start/end where they exist")
+            log.warning("%s", message)
+            self.report.notes.append(message)
+        self.plan = replace(self.plan, parts=tuple(parts))
+
+    def _kept_left(self) -> DataFrame:
+        """Return the left rows in [start, end] (all of them without a range)."""
+        if self.range_ms is None:
+            return self.plan.left
+        low, high = self.range_ms
+        return self.plan.left.where((F.col(TIME) >= low) & (F.col(TIME) < high))
+
     def dataframe(self) -> DataFrame:
         """Return the output DataFrame. Lazy: Spark runs it when you write or collect it."""
-        left = self.plan.left
+        left = self._kept_left()
         untimed = self.report.sources[0].without_time
         if self.range_ms is not None:
-            low, high = self.range_ms
-            left = left.where((F.col(TIME) >= low) & (F.col(TIME) < high))
             note = "left rows outside [start, end] and without time are not returned"
         else:
             note = f"{untimed:,} left rows without time are returned with null features"
@@ -134,19 +191,27 @@ class BackfillJob:
         feature_columns: list[str] = []
         paths = []
         for planned in self.plan.parts:
+            if isinstance(planned, EntityPartPlan):
+                paths.append(f"{planned.part.group_by.name}: entity")
+                features = entity_features(planned, planned.queries(left), self.options)
+                result = self._joined(features, planned, result, len(feature_columns))
+                feature_columns.extend(column.name for column in
+                                       entity_output_fields(planned))
+                continue
             part = planned if self.range_ms is None else replace(  # no later event can count
                 planned, events=planned.events.where(F.col(TIME) < self.range_ms[1]))
             queries = part.queries(left)
             path = self._choose(part, queries)
             paths.append(f"{part.part.group_by.name}: {path}")
-            if path == "sweep" and _arrow_compatible(result):
+            if path == "sweep" and not part.floors and _arrow_compatible(result):
                 result = self._swept(part, result, carry_untimed=carry_untimed)
             else:
                 result = self._joined(EXECUTORS[path](part, queries, self.options), part,
                                       result, len(feature_columns))
             feature_columns.extend(feature.name for feature in part.features)
         self.report.path = ", ".join(paths)
-        return result.select(*self.plan.left_columns, *feature_columns)
+        output = result.select(*self.plan.left_columns, *feature_columns)
+        return apply_derivations(self.join, output)
 
     def _swept(self, part: PartPlan, rows: DataFrame, *, carry_untimed: bool) -> DataFrame:
         """Add a part's features to ``rows`` by sending them through the sweep themselves.
@@ -164,11 +229,11 @@ class BackfillJob:
         return swept.unionByName(rows.where(F.col(TIME).isNull()), allowMissingColumns=True)
 
     @staticmethod
-    def _joined(features: DataFrame, part: PartPlan, rows: DataFrame, tag: int) -> DataFrame:
-        """Join one feature row per distinct (keys, time) back onto ``rows``, null-safely."""
+    def _joined(features: DataFrame, part: AnyPartPlan, rows: DataFrame, tag: int) -> DataFrame:
+        """Join one feature row per distinct (keys, as-of time) back onto ``rows``."""
         renamed = {name: f"_tt_p{tag}_{name}" for name in (*part.keys, TIME)}
         features = features.withColumnsRenamed(renamed)
-        condition = rows[TIME] == features[renamed[TIME]]
+        condition = part.as_of(rows[TIME]) == features[renamed[TIME]]
         for left_key, key in zip(part.part.left_keys, part.keys, strict=True):
             condition &= rows[left_key].eqNullSafe(features[renamed[key]])
         return rows.join(features, on=condition, how="left").drop(*renamed.values())
@@ -193,6 +258,11 @@ def _arrow_compatible(frame: DataFrame) -> bool:
     return True
 
 
+def _shifted(millis: int) -> int:
+    """Move a range bound one day later, saturating at the int64 limits."""
+    return max(-(2**63), min(2**63 - 1, millis + DAY_MS))
+
+
 def _time_range(start: str | None, end: str | None) -> tuple[int, int] | None:
     if start is None and end is None:
         return None
@@ -205,18 +275,18 @@ def _time_range(start: str | None, end: str | None) -> tuple[int, int] | None:
 
 def _count_sources(plan: BackfillPlan) -> list[SourceCounts]:
     counts = []
-    for role, label, frame, keys in plan.raw_sources:
+    for source in plan.counted:
         no_key = F.lit(False)
-        for key in keys:
+        for key in source.keys:
             no_key |= F.col(key).isNull()
-        row = frame.agg(
+        row = source.frame.agg(
             F.count(F.lit(1)).alias("rows"),
-            F.count_if(F.col(TIME).isNull()).alias("without_time"),
-            F.count_if(F.col(TIME).isNotNull() & no_key).alias("without_key"),
+            F.count_if(~source.placed).alias("without_time"),
+            F.count_if(source.placed & no_key).alias("without_key"),
         ).first()
         assert row is not None
-        counts.append(SourceCounts(role, label, row["rows"], row["without_time"],
-                                   row["without_key"]))
+        counts.append(SourceCounts(source.role, source.label, row["rows"],
+                                   row["without_time"], row["without_key"], source.time))
     return counts
 
 
@@ -248,7 +318,9 @@ def backfill(
 
     Returns:
         The left rows' columns, unchanged, then one column per feature named
-        ``{prefix_}{group_by}_{column}_{op}_{window}``.
+        ``{prefix_}{group_by}_{column}_{op}_{window}`` (a lookup's
+        ``{prefix_}{group_by}_{column}``); with ``join.derivations``, the derived columns
+        instead of the features, or after them when ``"*"`` keeps them.
 
     """
     job = BackfillJob(join, spark, start, end, strict=strict, executor=executor,

@@ -26,7 +26,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import QueryTiling
 from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
-from timetile.offline.reference_executor import non_null, output_schema
+from timetile.offline.reference_executor import feature_values, output_schema
+from timetile.offline.result_types import arrow_value
 from timetile.offline.sorted_groups import Rows, group_bounds, map_groups
 from timetile.offline.sources import TIME
 from timetile.offline.tiled_executor import TiledLayout
@@ -90,8 +91,7 @@ class EventTiling:
         windows = len(self.layout.windows)
         for a, (aggregator, feature) in enumerate(
                 zip(aggregators, self.layout.aggregations, strict=True)):
-            values, value_times = non_null(events.column(feature.aggregation.column), times,
-                                           feature.input_type)
+            values, value_times = feature_values(events, feature, times)
             if len(values) == 0:
                 continue
             for w in range(windows):
@@ -153,9 +153,7 @@ class TilingMerge:
                 slot = a * windows + self.layout.feature_window[f]
                 aggregator = aggregators[a]
                 state = leaves[slot][position] if slot in leaves else aggregator.init()
-                result = aggregator.finalize(state)
-                rows[feature.name].append(
-                    list(result.items()) if isinstance(result, dict) else result)
+                rows[feature.name].append(arrow_value(aggregator.finalize(state)))
 
 
 _NAN_KEY = ("timetile", "NaN")  # stands for a NaN key part: NaN != NaN would defeat lookups

@@ -11,18 +11,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from timetile.api.aggregation import Aggregation
 from timetile.api.errors import DefinitionError
-from timetile.api.group_by import Accuracy
+from timetile.api.group_by import Accuracy, GroupBy
 from timetile.api.join import Join, JoinPart
 from timetile.api.schema import VALUE_TYPES, check_join
-from timetile.api.sources import EventSource
+from timetile.api.sources import EntitySource, EventSource, describe_table
 from timetile.api.windows import Window
+from timetile.core.timeutil import DAY_MS
 from timetile.core.types import ValueType
 from timetile.core.windows import WindowKind, window_bounds
+from timetile.offline.entities import (
+    DAY,
+    IS_BEFORE,
+    MUTATION_TIME,
+    EntityTables,
+    day_end_ms,
+    load_entity,
+)
 from timetile.offline.sources import TIME, coarse_schema, load_events
 
 
@@ -61,18 +70,24 @@ def query_bounds(window: Window | None, query_times: np.ndarray) -> tuple[np.nda
 
 @dataclass(frozen=True)
 class Feature:
-    """One output column: an aggregation over one window (None for lifetime)."""
+    """One output column: an aggregation over one window (None for lifetime).
+
+    ``bucket`` is the string column a bucketed aggregation breaks its result down by (a map
+    from bucket value to result), None for a plain feature.
+    """
 
     name: str
     aggregation: Aggregation
     window: Window | None
     input_type: ValueType
+    bucket: str | None = None
 
     @property
     def aggregator_key(self) -> tuple[Any, ...]:
         """What identifies its aggregator: features that share it share states."""
         aggregation = self.aggregation
-        return (aggregation.column, aggregation.op, aggregation.k, aggregation.percentiles)
+        return (aggregation.column, aggregation.op, aggregation.k, aggregation.percentiles,
+                self.bucket)
 
 
 @dataclass(frozen=True)
@@ -84,23 +99,120 @@ class PartPlan:
         events: the part's events: internal key columns, :data:`TIME` and the value
             columns, with rows that have no time or a null key removed.
         features: the output columns, in the order of ``part.output_columns()``.
+        floors: the query's time is rounded down to a multiple of each in turn before
+            its windows apply (see :func:`as_of`); empty for TEMPORAL accuracy.
 
     """
 
     part: JoinPart
     events: DataFrame
     features: tuple[Feature, ...]
+    floors: tuple[int, ...] = ()
 
     @property
     def keys(self) -> list[str]:
         """The internal key column names."""
-        return [key_column(i) for i in range(len(self.part.group_by.keys))]
+        return part_keys(self.part)
+
+    def as_of(self, time: Column) -> Column:
+        """Return when the windows of a query at ``time`` end (see :func:`as_of`)."""
+        return as_of(time, self.floors)
 
     def queries(self, left: DataFrame) -> DataFrame:
-        """Return the distinct (keys, time) queries that ``left`` asks of this part."""
-        columns = [F.col(left_key).alias(key)
-                   for left_key, key in zip(self.part.left_keys, self.keys, strict=True)]
-        return left.where(F.col(TIME).isNotNull()).select(*columns, TIME).distinct()
+        """Return the distinct (keys, as-of time) queries that ``left`` asks of this part."""
+        return part_queries(self, left)
+
+
+@dataclass(frozen=True)
+class EntityPartPlan:
+    """One join part over an entity source, ready to run (see ``entity_executor``).
+
+    Attributes:
+        part: the definition.
+        tables: the loaded snapshots and mutations.
+        features: the aggregations' output columns, in order (empty for a lookup).
+        lookup: for a lookup, the returned row columns, in order (else empty).
+        floors: as in :class:`PartPlan`; ``(DAY_MS,)`` under SNAPSHOT accuracy.
+        query_days: the epoch days of the as-of times of the queries, once known.
+        missing_days: query days whose previous day has no snapshot partition: their
+            features are null (counts included).
+
+    """
+
+    part: JoinPart
+    tables: EntityTables
+    features: tuple[Feature, ...]
+    lookup: tuple[str, ...] = ()
+    floors: tuple[int, ...] = ()
+    query_days: frozenset[int] = frozenset()
+    missing_days: frozenset[int] = frozenset()
+
+    @property
+    def keys(self) -> list[str]:
+        """The internal key column names."""
+        return part_keys(self.part)
+
+    @property
+    def snapshot_only(self) -> bool:
+        """Whether queries sit at the start of their day, so no mutation applies."""
+        return DAY_MS in self.floors
+
+    def as_of(self, time: Column) -> Column:
+        """Return when the windows of a query at ``time`` end (see :func:`as_of`)."""
+        return as_of(time, self.floors)
+
+    def queries(self, left: DataFrame) -> DataFrame:
+        """Return the distinct (keys, as-of time) queries that ``left`` asks of this part."""
+        return part_queries(self, left)
+
+
+AnyPartPlan = PartPlan | EntityPartPlan
+
+
+def part_keys(part: JoinPart) -> list[str]:
+    """Return the internal key column names of a part."""
+    return [key_column(i) for i in range(len(part.group_by.keys))]
+
+
+def as_of(time: Column, floors: tuple[int, ...]) -> Column:
+    """Return ``time`` rounded down to a multiple of each of ``floors`` in turn.
+
+    A SNAPSHOT part floors to the day (its value as of the end of the previous day); a
+    pre-aggregated source floors to its period (its value as of its last landed period).
+    """
+    for floor in floors:
+        time = time - F.pmod(time, F.lit(floor))
+    return time
+
+
+def part_queries(plan: AnyPartPlan, left: DataFrame) -> DataFrame:
+    """Return the distinct (keys, as-of time) queries that ``left`` asks of a part."""
+    columns = [F.col(left_key).alias(key)
+               for left_key, key in zip(plan.part.left_keys, plan.keys, strict=True)]
+    return (left.where(F.col(TIME).isNotNull())
+            .select(*columns, plan.as_of(F.col(TIME)).alias(TIME)).distinct())
+
+
+@dataclass(frozen=True)
+class CountedSource:
+    """A table whose unusable rows a backfill counts before it starts.
+
+    Attributes:
+        role: ``left``, the GroupBy's name, or ``{name} mutations``.
+        label: the table as the user named it.
+        frame: the loaded rows.
+        keys: the key columns: a row with a null one is left out.
+        placed: true for rows that can be placed in time.
+        time: what ``placed`` checks, for the report (``time``, ``partition``…).
+
+    """
+
+    role: str
+    label: str
+    frame: DataFrame
+    keys: tuple[str, ...]
+    placed: Column
+    time: str = "time"
 
 
 @dataclass(frozen=True)
@@ -110,25 +222,51 @@ class BackfillPlan:
     join: Join
     left: DataFrame
     left_columns: tuple[str, ...]
-    parts: tuple[PartPlan, ...]
-    raw_sources: tuple[tuple[str, str, DataFrame, tuple[str, ...]], ...]
+    parts: tuple[AnyPartPlan, ...]
+    counted: tuple[CountedSource, ...]
+
+    @property
+    def entity_left(self) -> bool:
+        """Whether the left rows are the snapshot rows of an entity source."""
+        return isinstance(self.join.left, EntitySource)
 
 
-def _unsupported(join: Join) -> None:
-    subject = f"Join {join.name!r}"
-    if not isinstance(join.left, EventSource):
-        raise DefinitionError.single(subject, "left", "an entity source as the left side is "
-                                     "not supported yet", "use an EventSource of queries")
+def _load_left(join: Join, spark: SparkSession) -> tuple[DataFrame, CountedSource]:
+    """Return the left rows with :data:`TIME`: an event's time, or the end of its day."""
+    if isinstance(join.left, EventSource):
+        left = load_events(spark, join.left, "left")
+        return left, CountedSource("left", join.left.label, left, (), F.col(TIME).isNotNull())
+    tables = load_entity(spark, join.left, "left")
+    left = tables.snapshots.withColumn(TIME, day_end_ms(F.col(DAY))).drop(DAY)
+    return left, CountedSource("left", join.left.label, left, (), F.col(TIME).isNotNull(),
+                               "partition")
+
+
+def _floors(group_by: GroupBy) -> tuple[int, ...]:
+    floors = [DAY_MS] if group_by.accuracy is Accuracy.SNAPSHOT else []
+    source = group_by.source
+    if isinstance(source, EventSource) and source.period_ms is not None:
+        floors.append(source.period_ms)
+    return tuple(floors)
+
+
+def _entity_problems(join: Join) -> None:
     for index, part in enumerate(join.join_parts):
         group_by = part.group_by
-        if not isinstance(group_by.source, EventSource):
-            raise DefinitionError.single(subject, f"parts[{index}].source", "entity sources "
-                                         "are not supported by backfill yet",
-                                         "aggregate an EventSource")
-        if group_by.accuracy is not Accuracy.TEMPORAL:
-            raise DefinitionError.single(subject, f"parts[{index}].accuracy", "SNAPSHOT "
-                                         "accuracy is not supported yet",
-                                         "use Accuracy.TEMPORAL")
+        source = group_by.source
+        if (isinstance(source, EntitySource) and source.mutation_table is None
+                and group_by.accuracy is Accuracy.TEMPORAL):
+            raise DefinitionError.single(
+                f"Join {join.name!r}", f"parts[{index}].accuracy", "TEMPORAL accuracy on an "
+                f"entity source needs its mutations, and {source.label} has no mutation_table",
+                "give the EntitySource a mutation_table, or use Accuracy.SNAPSHOT")
+
+
+def _schema(loaded: DataFrame | EntityTables) -> dict[str, str]:
+    if isinstance(loaded, EntityTables):
+        return {name: kind for name, kind in coarse_schema(loaded.snapshots).items()
+                if name in loaded.row_columns}
+    return coarse_schema(loaded.drop(TIME))
 
 
 def plan_backfill(join: Join, spark: SparkSession) -> BackfillPlan:
@@ -138,40 +276,56 @@ def plan_backfill(join: Join, spark: SparkSession) -> BackfillPlan:
         DefinitionError: naming every problem of the definition against the real schemas.
 
     """
-    _unsupported(join)
-    assert isinstance(join.left, EventSource)
-    left = load_events(spark, join.left, "left")
+    _entity_problems(join)
+    left, left_counted = _load_left(join, spark)
     left_columns = tuple(column for column in left.columns if column != TIME)
-    loaded = {}
+    loaded: dict[str, DataFrame | EntityTables] = {}
     for index, part in enumerate(join.join_parts):
-        source = part.group_by.source
-        assert isinstance(source, EventSource)
-        loaded[part.group_by.name] = load_events(spark, source, f"parts[{index}].source")
+        source, field = part.group_by.source, f"parts[{index}].source"
+        loaded[part.group_by.name] = (load_events(spark, source, field)
+                                      if isinstance(source, EventSource)
+                                      else load_entity(spark, source, field))
     check_join(join, coarse_schema(left.drop(TIME)),
-               {name: coarse_schema(frame.drop(TIME)) for name, frame in loaded.items()})
-    raw_sources: list[tuple[str, str, DataFrame, tuple[str, ...]]] = [
-        ("left", join.left.label, left, ())
-    ]
-    parts = []
+               {name: _schema(frame) for name, frame in loaded.items()})
+    counted = [left_counted]
+    parts: list[AnyPartPlan] = []
     for part in join.join_parts:
         group_by = part.group_by
         frame = loaded[group_by.name]
-        if all(role != group_by.name for role, *_ in raw_sources):  # count a source once
-            raw_sources.append((group_by.name, group_by.source.label, frame,
-                                tuple(group_by.keys)))
-        types = {name: ValueType(kind) for name, kind in coarse_schema(frame).items()
+        if all(source.role != group_by.name for source in counted):  # count a source once
+            counted.extend(_counted(group_by, frame))
+        types = {name: ValueType(kind) for name, kind in _schema(frame).items()
                  if kind in VALUE_TYPES}
         features = tuple(
-            Feature(name, aggregation, window, types[aggregation.column])
+            Feature(name, aggregation, window, types[aggregation.column], bucket)
             for aggregation in group_by.aggregations or ()
-            for name, window in zip(aggregation.column_names(group_by.name, part.prefix),
-                                    aggregation.window_list, strict=True)
+            for name, window, bucket in aggregation.outputs(group_by.name, part.prefix)
         )
-        value_columns = sorted({feature.aggregation.column for feature in features})
+        if isinstance(frame, EntityTables):
+            parts.append(EntityPartPlan(part, frame, features, group_by.lookup_columns,
+                                        _floors(group_by)))
+            continue
+        value_columns = sorted({feature.aggregation.column for feature in features}
+                               | {f.bucket for f in features if f.bucket is not None})
         keys = [F.col(key).alias(key_column(i)) for i, key in enumerate(group_by.keys)]
         usable = F.col(TIME).isNotNull()
         for key in group_by.keys:
             usable &= F.col(key).isNotNull()
         events = frame.where(usable).select(*keys, TIME, *value_columns)
-        parts.append(PartPlan(part, events, features))
-    return BackfillPlan(join, left, left_columns, tuple(parts), tuple(raw_sources))
+        parts.append(PartPlan(part, events, features, _floors(group_by)))
+    return BackfillPlan(join, left, left_columns, tuple(parts), tuple(counted))
+
+
+def _counted(group_by: GroupBy, frame: DataFrame | EntityTables) -> list[CountedSource]:
+    keys, name, label = tuple(group_by.keys), group_by.name, group_by.source.label
+    if not isinstance(frame, EntityTables):
+        return [CountedSource(name, label, frame, keys, F.col(TIME).isNotNull())]
+    counted = [CountedSource(name, label, frame.snapshots, keys, F.col(DAY).isNotNull(),
+                             "partition")]
+    if frame.mutations is not None:
+        counted.append(CountedSource(
+            f"{name} mutations", describe_table(frame.source.mutation_table), frame.mutations,
+            keys,
+            F.col(MUTATION_TIME).isNotNull() & F.col(IS_BEFORE).isNotNull(),
+            "mutation time or is_before"))
+    return counted

@@ -9,6 +9,7 @@ engine (DESIGN §4) is the fast path, this is the simple one it is checked again
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from timetile.core.aggregators import Aggregator, make_aggregator
+from timetile.core.aggregators import Aggregator, Bucketed, bucketed_values, make_aggregator
 from timetile.core.reference import aggregate_windows
 from timetile.core.types import ValueType
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
@@ -26,10 +27,11 @@ from timetile.offline.sources import TIME
 
 
 def build_aggregator(feature: Feature) -> Aggregator[Any]:
-    """Return the aggregator of one feature."""
+    """Return the aggregator of one feature: :class:`Bucketed` around the op's if bucketed."""
     aggregation = feature.aggregation
-    return make_aggregator(aggregation.op, feature.input_type, k=aggregation.k,
-                           percentiles=aggregation.percentiles)
+    aggregator = make_aggregator(aggregation.op, feature.input_type, k=aggregation.k,
+                                 percentiles=aggregation.percentiles)
+    return aggregator if feature.bucket is None else Bucketed(aggregator)
 
 
 def non_null(column: pa.ChunkedArray | pa.Array, times: np.ndarray,
@@ -42,6 +44,24 @@ def non_null(column: pa.ChunkedArray | pa.Array, times: np.ndarray,
         values = values.astype(value_type.numpy_dtype, copy=False)
     mask = valid.to_numpy(zero_copy_only=False)
     return values, times[mask]
+
+
+def feature_values(events: pa.Table, feature: Feature,
+                   times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return the values that a feature's aggregator folds, with their times.
+
+    Rows with a null value are dropped; for a bucketed feature, rows with a null bucket too,
+    and the values come paired with their buckets (:func:`bucketed_values`).
+    """
+    column = events.column(feature.aggregation.column)
+    if feature.bucket is None:
+        return non_null(column, times, feature.input_type)
+    buckets = events.column(feature.bucket)
+    both = pc.and_(pc.is_valid(column), pc.is_valid(buckets))
+    values, kept_times = non_null(pc.filter(column, both), times[both.to_numpy(
+        zero_copy_only=False)], feature.input_type)
+    kept_buckets = pc.filter(buckets, both).to_numpy(zero_copy_only=False)
+    return bucketed_values(kept_buckets, values, feature.input_type), kept_times
 
 
 class KeyGroupEvaluator:
@@ -60,14 +80,13 @@ class KeyGroupEvaluator:
         order = pc.sort_indices(events, sort_keys=[(TIME, "ascending")])
         events = events.take(order)
         event_times = events.column(TIME).to_numpy().astype(np.int64)
-        columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        columns: dict[tuple[str, str | None], tuple[np.ndarray, np.ndarray]] = {}
         bounds: dict[object, tuple[np.ndarray, np.ndarray]] = {}
         arrays = [queries.column(name) for name in (*self.keys, TIME)]
         for feature in self.features:
-            column = feature.aggregation.column
+            column = (feature.aggregation.column, feature.bucket)
             if column not in columns:
-                columns[column] = non_null(events.column(column), event_times,
-                                           feature.input_type)
+                columns[column] = feature_values(events, feature, event_times)
             if feature.window not in bounds:
                 bounds[feature.window] = query_bounds(feature.window, query_times)
             aggregator = build_aggregator(feature)
@@ -78,16 +97,16 @@ class KeyGroupEvaluator:
         return pa.Table.from_arrays(arrays, schema=self.output_schema)
 
 
-def feature_fields(plan: PartPlan) -> list[T.StructField]:
-    """One nullable output field per feature of ``plan``, in order."""
+def feature_fields(features: Sequence[Feature]) -> list[T.StructField]:
+    """Return one nullable output field per feature, in order."""
     return [T.StructField(feature.name, spark_type(build_aggregator(feature).result_type()),
-                          nullable=True) for feature in plan.features]
+                          nullable=True) for feature in features]
 
 
 def output_schema(plan: PartPlan, queries: DataFrame) -> T.StructType:
     """Keys and time of the queries, then one column per feature."""
     return T.StructType([*(queries.schema[name] for name in (*plan.keys, TIME)),
-                         *feature_fields(plan)])
+                         *feature_fields(plan.features)])
 
 
 def reference_features(plan: PartPlan, queries: DataFrame,

@@ -22,6 +22,8 @@ class SourceCounts:
         rows: rows read after ``where`` and ``select``.
         without_time: rows whose time is null or unparseable: left out.
         without_key: rows with a null key: they can match no query, so they are left out.
+        time: what places a row in time: ``time``, or an entity's ``partition`` or
+            ``mutation time or is_before``.
 
     """
 
@@ -30,6 +32,7 @@ class SourceCounts:
     rows: int
     without_time: int
     without_key: int
+    time: str = "time"
 
     @property
     def left_out(self) -> int:
@@ -79,7 +82,7 @@ class JobReport:
         for source in self.sources:
             line = f"  {source.role} ({source.label}): {source.rows:,} rows read"
             if source.without_time:
-                line += f", {source.without_time:,} left out: time null or unparseable"
+                line += f", {source.without_time:,} left out: {source.time} null or unparseable"
             if source.without_key:
                 line += f", {source.without_key:,} left out: key null"
             out.append(line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +21,13 @@ _SPARK_SCALARS: dict[ValueType, T.DataType] = {
 
 
 def spark_type(result: ResultType) -> T.DataType:
-    """Return the Spark type of a result. Integral results are ``bigint``, floating ``double``."""
+    """Return the Spark type of a result. Integral results are ``bigint``, floating ``double``.
+
+    A bucketed result is ``map<string, T>`` for the op's type ``T``; its values may be null.
+    """
+    if result.bucketed:
+        inner = spark_type(replace(result, bucketed=False))
+        return T.MapType(T.StringType(), inner, valueContainsNull=True)
     element = _SPARK_SCALARS[result.element]
     if result.shape is Shape.ARRAY:
         return T.ArrayType(element, containsNull=False)
@@ -30,9 +37,14 @@ def spark_type(result: ResultType) -> T.DataType:
     return element
 
 
+def arrow_value(result: Any) -> Any:
+    """Return a finalized result as Arrow builds it: maps (nested ones too) as item lists."""
+    if isinstance(result, dict):
+        return [(key, arrow_value(value)) for key, value in result.items()]
+    return result
+
+
 def arrow_column(aggregator: Aggregator[Any], results: list[Any]) -> pa.Array:
     """Return finalized results as an Arrow array of the op's result type."""
     arrow_type = to_arrow_type(spark_type(aggregator.result_type()))
-    if aggregator.result_type().shape is Shape.MAP:
-        results = [None if value is None else list(value.items()) for value in results]
-    return pa.array(results, type=arrow_type)
+    return pa.array([arrow_value(value) for value in results], type=arrow_type)

@@ -7,6 +7,8 @@ null or unparseable keep a null :data:`TIME`; callers count them and leave them 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -58,8 +60,11 @@ RESERVED_PREFIX = "_tt_"
 UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu"})
 
 
-def project(frame: DataFrame, source: EventSource | EntitySource, field: str) -> DataFrame:
+def project(frame: DataFrame, source: EventSource | EntitySource, field: str,
+            keep: Sequence[str] = ()) -> DataFrame:
     """Apply a source's ``where`` filters, then its ``select``. No job runs.
+
+    The columns in ``keep`` (timetile's own, or a partition column) survive the ``select``.
 
     Raises:
         DefinitionError: naming ``{field}.where[i]`` or ``{field}.select.{name}`` when Spark
@@ -71,8 +76,10 @@ def project(frame: DataFrame, source: EventSource | EntitySource, field: str) ->
     if source.projection:
         for name, expression in source.projection:
             _analyzed(frame, "select", expression, f"{field}.select.{name}")
-        frame = frame.select(*[F.expr(expr).alias(name) for name, expr in source.projection])
-    reserved = [c for c in frame.columns if c.startswith(RESERVED_PREFIX)]
+        selected = [name for name, _ in source.projection]
+        frame = frame.select(*[F.expr(expr).alias(name) for name, expr in source.projection],
+                             *[column for column in keep if column not in selected])
+    reserved = [c for c in frame.columns if c.startswith(RESERVED_PREFIX) and c not in keep]
     if reserved:
         raise DefinitionError.single(
             "source", field, f"has columns {reserved}, and names starting with "

@@ -51,8 +51,12 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
 
 
 def sweepable(plan: PartPlan) -> bool:
-    """Whether every feature of a part is an op the sweep computes, over a type it accepts."""
-    return all(feature.input_type in SWEEP_OPS.get(feature.aggregation.op, ())
+    """Whether every feature of a part is an op the sweep computes, over a type it accepts.
+
+    Bucketed features never are: the sweep's kernels keep one running value per window.
+    """
+    return all(feature.bucket is None
+               and feature.input_type in SWEEP_OPS.get(feature.aggregation.op, ())
                for feature in plan.features)
 
 
@@ -186,7 +190,7 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
         *keys, TIME, F.lit(0).cast("byte").alias(KIND),
         *[F.lit(None).cast(events_schema[c].dataType).alias(value_column(c)) for c in values],
         *riders)
-    schema = T.StructType([*queries.schema.fields, *feature_fields(plan)])
+    schema = T.StructType([*queries.schema.fields, *feature_fields(plan.features)])
     return (events.unionByName(asked)
             .repartition(partitions, *keys)
             .sortWithinPartitions(*keys)

@@ -43,7 +43,8 @@ from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.core.windows import MIN_TIME, WindowKind
 from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, window_spec
-from timetile.offline.reference_executor import build_aggregator, non_null, output_schema
+from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
+from timetile.offline.result_types import arrow_value
 from timetile.offline.sorted_groups import Rows, map_groups
 from timetile.offline.sources import TIME
 
@@ -105,7 +106,8 @@ class TiledLayout:
     def signature(self) -> str:
         """What stored hop partials depend on: the hop size and each aggregation."""
         parts = [(f.aggregation.column, f.aggregation.op, f.aggregation.k,
-                  f.aggregation.percentiles, f.input_type.value) for f in self.aggregations]
+                  f.aggregation.percentiles, f.input_type.value, f.bucket)
+                 for f in self.aggregations]
         return repr((self.hop_ms, parts))
 
     def aggregators(self) -> list[Aggregator[Any]]:
@@ -232,8 +234,7 @@ class HopPass:
             self.largest.add((events.num_rows, f"key {tuple(key_values)}, hop {ms_to_iso(hop)}"))
         states: list[list[bytes]] = []
         for aggregator, feature in zip(aggregators, self.layout.aggregations, strict=True):
-            values, value_times = non_null(events.column(feature.aggregation.column), times,
-                                           feature.input_type)
+            values, value_times = feature_values(events, feature, times)
             column: list[bytes] = [aggregator.to_bytes(aggregator.fold(values, value_times))]
             prefixes = prefix_states(aggregator, value_times, values, bounds[sides == PREFIX])
             suffixes = suffix_states(aggregator, value_times, values, bounds[sides == SUFFIX])
@@ -313,8 +314,7 @@ class Assembly:
                     windows, state_lists[self.layout.feature_aggregator[index]], strict=True):
                 if row_window == window and data is not None:
                     state = aggregator.merge(state, aggregator.from_bytes(data))
-            result = aggregator.finalize(state)
-            rows[feature.name].append(list(result.items()) if isinstance(result, dict) else result)
+            rows[feature.name].append(arrow_value(aggregator.finalize(state)))
 
 
 def _binary_fields(layout: TiledLayout) -> list[T.StructField]:

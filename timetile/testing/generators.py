@@ -35,11 +35,12 @@ QUERY_SCHEMA = pa.schema([("user_id", pa.int64()), ("ts", pa.int64()), ("label",
 #: The columns of the snapshots of :func:`random_entities`.
 SNAPSHOT_SCHEMA = pa.schema([
     ("ds", pa.string()), ("user_id", pa.int64()), ("balance", pa.float64()), ("tier", pa.string()),
+    ("since", pa.int64()),
 ])
 #: The columns of the mutations of :func:`random_entities`.
 MUTATION_SCHEMA = pa.schema([
     ("user_id", pa.int64()), ("balance", pa.float64()), ("tier", pa.string()),
-    ("mutation_ts", pa.int64()), ("is_before", pa.bool_()),
+    ("since", pa.int64()), ("mutation_ts", pa.int64()), ("is_before", pa.bool_()),
 ])
 
 #: Item strings: plain, empty, accented, CJK, an emoji and one with a space.
@@ -230,6 +231,10 @@ def min_queries(window_lengths: Sequence[str | int] = ("1h", "1d")) -> int:
     return 11 + 2 * len(window_lengths)
 
 
+#: A row image of :func:`random_entities` less its key: (balance, tier, since).
+Image = tuple[float | None, str, int | None]
+
+
 class EntityTables(NamedTuple):
     """The two tables of an entity source (DESIGN §2, entity sources)."""
 
@@ -246,14 +251,20 @@ def random_entities(
     start: str = "2024-01-01",
     days: int = 3,
     mutations_per_day: int = 10,
+    missing_day: str | None = None,
 ) -> EntityTables:
     """Make a mutable table of users: daily snapshots and the mutations between them.
 
-    The table maps ``user_id`` to (``balance`` double, ``tier`` string), starting with keys
-    ``1..n_keys``. Snapshots (:data:`SNAPSHOT_SCHEMA`) cover the day before ``start`` and
-    each of ``days`` days; mutations (:data:`MUTATION_SCHEMA`) cover the ``days`` days. An
-    update is a before image (``is_before`` true) and an after image at the same
-    ``mutation_ts``; a delete is a before image only; an insert an after image only.
+    The table maps ``user_id`` to (``balance`` double, ``tier`` string, ``since`` bigint),
+    starting with keys ``1..n_keys``. ``since`` is when the row image was written (the time
+    column of windowed features): a random time in the 30 days before ``start`` for the
+    rows of the first snapshot, the ``mutation_ts`` for an after image. Snapshots
+    (:data:`SNAPSHOT_SCHEMA`) cover the day before ``start`` and each of ``days`` days;
+    mutations (:data:`MUTATION_SCHEMA`) cover the ``days`` days. An update is a before image
+    (``is_before`` true) and an after image at the same ``mutation_ts``; a delete is a
+    before image only; an insert an after image only. ``missing_day`` (``YYYY-MM-DD``, one
+    of the snapshot days) leaves that day's snapshot partition out, and only it: the
+    mutations and the other partitions stay as they were.
 
     Consistent by construction: each snapshot is the previous day's snapshot with that day's
     mutations applied (retract every before image, insert every after image), and every
@@ -269,16 +280,24 @@ def random_entities(
     - key 3 updated in that same millisecond (two keys mutated at once);
     - key 2 deleted, then re-inserted with other values later that day;
     - key ``n_keys + 1``, absent from the first snapshot, inserted;
-    - null balances and empty tiers occur in the rows.
+    - null balances and empty tiers occur in the rows;
+    - key 3's row in the first snapshot has a null ``since``.
+
+    Keys ``1..n_keys + 1`` may appear; no row has a key above ``n_keys + 1``.
     """
     if n_keys < 3:
         raise ValueError(f"random_entities needs n_keys >= 3, got {n_keys}")
-    rng = np.random.default_rng(seed)
     base = date_to_ms(start)
-    state: dict[int, tuple[float | None, str]] = {
-        key: _entity_values(rng) for key in range(1, n_keys + 1)
+    snapshot_days = [_day(base + index * DAY_MS) for index in range(-1, days)]
+    if missing_day is not None and missing_day not in snapshot_days:
+        raise ValueError(f"missing_day must be one of {snapshot_days}, got {missing_day!r}")
+    rng = np.random.default_rng(seed)
+    state: dict[int, Image] = {
+        key: _entity_values(rng, base - int(rng.integers(1, 30 * DAY_MS)))
+        for key in range(1, n_keys + 1)
     }
-    state[1] = (None, "gold")
+    state[1] = (None, "gold", state[1][2])
+    state[3] = (*state[3][:2], None)
     new_key = n_keys + 1
     snapshots: list[Row] = _snapshot(_day(base - DAY_MS), state)
     mutations: list[Row] = []
@@ -301,13 +320,60 @@ def random_entities(
         for ts, key, kind in sorted(planned, key=lambda plan: plan[0]):
             mutations += _mutate(state, key, kind, ts, rng)
         snapshots += _snapshot(_day(midnight), state)
+    snapshots = [row for row in snapshots if row[0] != missing_day]
     return EntityTables(_table(snapshots, SNAPSHOT_SCHEMA, rng),
                         _table(mutations, MUTATION_SCHEMA, rng))
 
 
+def random_entity_queries(tables: EntityTables, n: int, *, seed: int) -> pa.Table:
+    """Make queries (left rows, :data:`QUERY_SCHEMA`) over the keys and days of entities.
+
+    Fixed rows first, then ``n`` random ones, all shuffled. With d0 the first snapshot day
+    and d1 the last day with a snapshot or a mutation, the fixed rows are:
+
+    - key 1 at every midnight from ``d0 + 1`` to ``d1 + 1`` (the query at the midnight
+      that starts day d sees partition d − 1 and no mutation; one at midnight is also at
+      the mutation of key 1 at midnight);
+    - every mutation's key at exactly its ``mutation_ts`` (the mutation does not count yet)
+      and 1 ms later (it does);
+    - the key ``k`` above every key of the tables (never present) at a mutation time; a
+      null key; a null time.
+
+    A random row takes a key uniform in ``1..k`` and a time that is a mutation time (or 1 ms
+    before or after it) for 40% of rows, else uniform in ``[d0, d1 + 2)`` (days; those on
+    day d0 have no previous partition). ``label`` is a random double.
+
+    >>> tables = random_entities(4, seed=1, days=2)
+    >>> queries = random_entity_queries(tables, 20, seed=2)
+    >>> queries.schema == QUERY_SCHEMA, queries.num_rows > 20
+    (True, True)
+    """
+    rng = np.random.default_rng(seed)
+    days = [date_to_ms(ds) for ds in tables.snapshots.column("ds").to_pylist()]
+    mutations = sorted({(key, ts) for key, ts in zip(
+        tables.mutations.column("user_id").to_pylist(),
+        tables.mutations.column("mutation_ts").to_pylist(), strict=True)})
+    first = min(days)
+    last = max([*days, *(ts - ts % DAY_MS for _, ts in mutations)])
+    never = 1 + max(key for key in [*tables.snapshots.column("user_id").to_pylist(),
+                                     *(key for key, _ in mutations)] if key is not None)
+    times = [ts for _, ts in mutations] or [first + DAY_MS]
+    edges: list[tuple[object, object]] = [
+        *((1, midnight) for midnight in range(first + DAY_MS, last + 2 * DAY_MS, DAY_MS)),
+        *mutations, *((key, ts + 1) for key, ts in mutations),
+        (never, times[len(times) // 2]), (None, times[0]), (1, None),
+    ]
+    for _ in range(n):
+        if rng.random() < 0.4:
+            at = int(rng.choice(times)) + int(rng.integers(-1, 2))
+        else:
+            at = int(rng.integers(first, last + 2 * DAY_MS))
+        edges.append((int(rng.integers(1, never + 1)), at))
+    return _table([(key, at, float(rng.normal())) for key, at in edges], QUERY_SCHEMA, rng)
+
+
 def _mutate(
-    state: dict[int, tuple[float | None, str]], key: int, kind: str, ts: int,
-    rng: np.random.Generator,
+    state: dict[int, Image], key: int, kind: str, ts: int, rng: np.random.Generator,
 ) -> list[Row]:
     """Apply one mutation to ``state``; return its row images."""
     if kind == "random":
@@ -318,18 +384,18 @@ def _mutate(
     if before is not None:
         rows.append((key, *before, ts, True))
     if kind != "delete":
-        after = _entity_values(rng)
+        after = _entity_values(rng, ts)
         state[key] = after
         rows.append((key, *after, ts, False))
     return rows
 
 
-def _entity_values(rng: np.random.Generator) -> tuple[float | None, str]:
+def _entity_values(rng: np.random.Generator, since: int) -> Image:
     balance = None if rng.random() < 0.1 else float(rng.integers(0, 10_000)) / 4
-    return balance, str(rng.choice(TIERS))
+    return balance, str(rng.choice(TIERS)), since
 
 
-def _snapshot(ds: str, state: dict[int, tuple[float | None, str]]) -> list[Row]:
+def _snapshot(ds: str, state: dict[int, Image]) -> list[Row]:
     return [(ds, key, *values) for key, values in sorted(state.items())]
 
 

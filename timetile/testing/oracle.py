@@ -38,14 +38,23 @@ from pyspark.sql.types import (
     ShortType,
 )
 
-from timetile.api import Accuracy, Aggregation, EventSource, Join, JoinPart, Window
+from timetile.api import (
+    Accuracy,
+    Aggregation,
+    EntitySource,
+    EventSource,
+    GroupBy,
+    Join,
+    JoinPart,
+    Window,
+)
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.core.windows import WindowKind
 from timetile.offline.sources import TIME, load_events
 
 # Internal column names; a left column must not use the ``_tt_`` prefix.
 _QUERY_TIME = "_tt_q"  # the query's time, as in the left rows
-_AT = "_tt_at"  # when the query's windows end: q, or the start of q's day for SNAPSHOT
+_AT = "_tt_at"  # the query's as-of time: q, floored to the day (SNAPSHOT) and the period
 _EVENT_TIME = "_tt_t"
 
 
@@ -183,6 +192,23 @@ def window_interval(window: Window | None, at: str) -> tuple[str | None, str]:
     return (None if start is None else start.format(**fields)), end.format(**fields)
 
 
+def as_of(group_by: GroupBy, q: str) -> str:
+    """Write SQL for the as-of time a of a query at the times in column ``q`` (DESIGN §2).
+
+    ``a = q`` under TEMPORAL accuracy, the start of q's UTC day under SNAPSHOT; for an
+    :class:`EventSource` with a ``period`` p (pre-aggregated rows), a is then floored to a
+    multiple of p from the epoch. Windows end at a, and an entity's state is taken at a.
+
+    >>> views = EventSource("v", period="1h")
+    >>> as_of(GroupBy("g", views, ["k"], [Aggregation("x", "sum")]), "q")
+    '(q) - pmod(q, 3600000)'
+    """
+    at = q if group_by.accuracy is Accuracy.TEMPORAL else f"{q} - pmod({q}, {DAY_MS})"
+    source = group_by.source
+    period = source.period_ms if isinstance(source, EventSource) else None
+    return at if period is None else f"({at}) - pmod({at}, {period})"
+
+
 def naive_backfill(
     join: Join, spark: SparkSession, start: str | None = None, end: str | None = None
 ) -> DataFrame:
@@ -195,7 +221,12 @@ def naive_backfill(
     interval (all before q); a query with a null key has empty windows. On an empty window
     ``count``, ``unique_count`` and ``approx_unique_count`` are 0 and every other op is
     null. A left row with a null time gets null in every feature column, counts included.
-    Under ``Accuracy.SNAPSHOT`` the windows end at the start of q's day (UTC) instead of at q.
+    A bucketed feature is a map from each non-null bucket value with values in the window
+    to the op's result over that bucket's rows (:func:`_bucket_maps`); null when it has none.
+    Windows end at the query's as-of time (:func:`as_of`): q, or the start of q's day (UTC)
+    under ``Accuracy.SNAPSHOT``, floored to the ``period`` of a pre-aggregated source.
+    Entity sources (parts, lookups, an entity left side) follow
+    :mod:`timetile.testing.entity_oracle`.
 
     Result types: counts bigint; ``avg``, ``variance``, ``stddev``, ``skew`` and
     ``kurtosis`` double; integral inputs are widened to bigint and float ones to double
@@ -212,14 +243,15 @@ def naive_backfill(
     small. No job runs until the result is used.
 
     Args:
-        join: the definition; every part's source must be an :class:`EventSource`.
+        join: the definition.
         spark: the session to build the plan in.
-        start: ``YYYY-MM-DD`` (UTC): keep only left rows at or after this day's start.
-        end: ``YYYY-MM-DD`` (UTC): keep only left rows before the end of this day. Once
-            ``start`` or ``end`` is given, left rows with a null time are dropped too.
+        start: ``YYYY-MM-DD`` (UTC): keep only left rows at or after this day's start
+            (for an entity left side: the snapshot partitions from this day on).
+        end: ``YYYY-MM-DD`` (UTC): keep only left rows before the end of this day (for an
+            entity left side: the partitions up to this day). Once ``start`` or ``end`` is
+            given, left rows with a null time are dropped too.
 
     Raises:
-        NotImplementedError: for entity sources (left or parts).
         ValueError: when a left column has the name of a feature column.
 
     """
@@ -281,13 +313,16 @@ def _backfill(
     end: str | None,
     ops: Mapping[str, SqlOp],
 ) -> DataFrame:
-    if not isinstance(join.left, EventSource):
-        raise NotImplementedError("the oracle reads left rows from an EventSource only")
-    left = load_events(spark, join.left)
-    if start is not None:
-        left = left.where(sf.col(TIME) >= date_to_ms(start))
-    if end is not None:
-        left = left.where(sf.col(TIME) < date_to_ms(end) + DAY_MS)
+    if isinstance(join.left, EntitySource):
+        from timetile.testing.entity_oracle import entity_left  # noqa: PLC0415  (a cycle)
+
+        left = entity_left(spark, join.left, start, end)
+    else:
+        left = load_events(spark, join.left)
+        if start is not None:
+            left = left.where(sf.col(TIME) >= date_to_ms(start))
+        if end is not None:
+            left = left.where(sf.col(TIME) < date_to_ms(end) + DAY_MS)
     originals = [column for column in left.columns if column != TIME]
     clashes = sorted(set(originals) & set(join.output_columns()))
     if clashes:
@@ -300,7 +335,12 @@ def _backfill(
             condition &= sf.col(_quote(column)).eqNullSafe(sf.col(_query_key(index)))
         internal = [_QUERY_TIME, *(_query_key(i) for i in range(len(part.left_keys)))]
         result = result.join(features, condition, "left").drop(*internal)
-    return result.select(*[sf.col(_quote(c)) for c in [*originals, *join.output_columns()]])
+    result = result.select(*[sf.col(_quote(c)) for c in [*originals, *join.output_columns()]])
+    if not join.derivation_items:  # derivations: per-row SQL over the left and feature columns
+        return result
+    kept = join.output_columns() if join.keeps_features else []
+    return result.selectExpr(*[_quote(c) for c in [*originals, *kept]],
+                             *[f"{sql}\nAS {_quote(name)}" for name, sql in join.derivation_items])
 
 
 def part_features(
@@ -321,16 +361,14 @@ def part_features(
     """
     group_by = part.group_by
     if not isinstance(group_by.source, EventSource):
-        raise NotImplementedError(
-            f"the oracle computes GroupBys of event sources; {group_by.name!r} reads an "
-            "EntitySource")
-    aggregations = list(group_by.aggregations or ())
-    columns = list(dict.fromkeys(aggregation.column for aggregation in aggregations))
-    queries = _queries(part, left, snapshot=group_by.accuracy is Accuracy.SNAPSHOT)
+        from timetile.testing.entity_oracle import entity_features  # noqa: PLC0415  (a cycle)
+
+        return entity_features(part, spark, left, ops)
+    columns = value_columns(group_by)
+    queries = _queries(part, left)
     events = _events(load_events(spark, group_by.source), group_by.keys, columns)
 
-    pairs = [(aggregation, window) for aggregation in aggregations
-             for window in aggregation.window_list]
+    pairs = _pairs(group_by)
     on = sf.col(_EVENT_TIME) < sf.col(_AT)
     for index in range(len(group_by.keys)):
         on &= sf.col(_event_key(index)) == sf.col(_query_key(index))
@@ -338,31 +376,109 @@ def part_features(
     if None not in starts:  # no lifetime window: events before the widest start never count
         widest = starts[0] if len(starts) == 1 else f"least({', '.join(map(str, starts))})"
         on &= sf.col(_EVENT_TIME) >= sf.expr(str(widest))
+    return aggregate_features(part, queries.join(events, on, "left"), ops)
 
+
+def value_columns(group_by: GroupBy) -> list[str]:
+    """List the distinct input columns, then bucket columns: ``_tt_v{i}`` holds the i-th."""
+    aggregations = group_by.aggregations or ()
+    return list(dict.fromkeys([*(aggregation.column for aggregation in aggregations),
+                               *(bucket for aggregation in aggregations
+                                 for bucket in aggregation.buckets or ())]))
+
+
+def _pairs(group_by: GroupBy) -> list[tuple[Aggregation, Window | None]]:
+    return [(aggregation, window) for aggregation in group_by.aggregations or ()
+            for window in aggregation.window_list]
+
+
+def aggregate_features(
+    part: JoinPart, matched: DataFrame, ops: Mapping[str, SqlOp] = SQL_OPS,
+    extra: Sequence[str] = (),
+) -> DataFrame:
+    """Aggregate each query's matched rows into the part's features (events and entities).
+
+    Args:
+        part: the join part; its GroupBy has aggregations.
+        matched: one row per (query, candidate row): the query's ``_tt_qk0, …``, ``_tt_q``
+            and ``_tt_at`` (its as-of time), the row's time ``_tt_t`` and its values
+            ``_tt_v{i}`` (of ``value_columns(group_by)[i]``); a query without rows comes
+            once with a null ``_tt_v{i}``. A windowed feature keeps the rows with
+            ``start(at) <= _tt_t < end(at)`` (:func:`window_interval`); a lifetime one keeps
+            every row given (events are matched before ``at`` already).
+        ops: how each op is computed.
+        extra: more per-query columns of ``matched`` to group by and return.
+
+    Returns:
+        One row per distinct query: ``_tt_qk0, …, _tt_q``, the ``extra`` columns, then the
+        part's output columns. Cost: one aggregation over ``matched``.
+
+    """
+    group_by = part.group_by
+    columns = value_columns(group_by)
     partials = []
     finals = []
-    names = part.output_columns()
-    for index, ((aggregation, window), name) in enumerate(zip(pairs, names, strict=True)):
+    bucketed: dict[str, list[tuple[str, Aggregation, str, str]]] = {}
+    outputs = [(aggregation, window, bucket, name) for aggregation in group_by.aggregations or ()
+               for name, window, bucket in aggregation.outputs(group_by.name, part.prefix)]
+    for index, (aggregation, window, bucket, name) in enumerate(outputs):
         op = ops[aggregation.op]
         value = _value(columns.index(aggregation.column))
         window_start, window_end = window_interval(window, _AT)
-        keep = [f"{_EVENT_TIME} < {window_end}", f"{value} IS NOT NULL"]
+        keep = [f"{value} IS NOT NULL"]
+        if window is not None:
+            keep.insert(0, f"{_EVENT_TIME} < {window_end}")
         if window_start is not None:
             keep.insert(0, f"{_EVENT_TIME} >= {window_start}")
         aggregate = op.aggregate.format(v=value, t=_EVENT_TIME)
+        if bucket is not None:
+            bucketed.setdefault(_value(columns.index(bucket)), []).append(
+                (name, aggregation, aggregate, " AND ".join(keep)))
+            finals.append(sf.col(_quote(name)))
+            continue
         partials.append(sf.expr(f"{aggregate} FILTER (WHERE {' AND '.join(keep)})")
                         .alias(_partial(index)))
         finals.append(sf.expr(_finish(op, aggregation, _partial(index))).alias(name))
 
     query_columns = [*(_query_key(i) for i in range(len(group_by.keys))), _QUERY_TIME]
-    grouped = (queries.join(events, on, "left")
-               .groupBy(*query_columns, _AT).agg(*partials))
-    return grouped.select(*query_columns, *finals)
+    group = [*query_columns, _AT, *extra]
+    grouped = (matched.groupBy(*group).agg(*partials) if partials
+               else matched.select(*group).distinct())
+    for bucket, features in bucketed.items():
+        maps = _bucket_maps(matched, group, bucket, features, ops)
+        joined = [sf.col(column).alias(f"_tt_j{i}") for i, column in enumerate(group)]
+        maps = maps.select(*joined, *(sf.col(_quote(name)) for name, *_ in features))
+        on = [sf.col(column).eqNullSafe(sf.col(f"_tt_j{i}")) for i, column in enumerate(group)]
+        grouped = grouped.join(maps, on, "left").drop(*(f"_tt_j{i}" for i in range(len(group))))
+    return grouped.select(*query_columns, *extra, *finals)
 
 
-def _queries(part: JoinPart, left: DataFrame, *, snapshot: bool) -> DataFrame:
-    """Distinct (keys, time) of the left rows that have a time, with when windows end."""
-    at = sf.expr(f"{TIME} - pmod({TIME}, {DAY_MS})") if snapshot else sf.col(TIME)
+def _bucket_maps(matched: DataFrame, group: Sequence[str], bucket: str,
+                 features: Sequence[tuple[str, Aggregation, str, str]],
+                 ops: Mapping[str, SqlOp]) -> DataFrame:
+    """Per query (``group``), each bucketed feature's map from bucket value to the op's result.
+
+    ``features`` holds (name, aggregation, its aggregate SQL, its row filter). The op runs per
+    (query, bucket) on the rows that pass the filter and have a non-null ``bucket``; each
+    bucket with such rows is one entry, and a query with none gets a null map.
+    """
+    partials, lists = [], []
+    for index, (name, aggregation, aggregate, keep) in enumerate(features):
+        condition = f"{keep} AND {bucket} IS NOT NULL"
+        partials.append(sf.expr(f"{aggregate} FILTER (WHERE {condition})").alias(_partial(index)))
+        partials.append(sf.expr(f"count(*) FILTER (WHERE {condition})").alias(f"_tt_n{index}"))
+        finish = _finish(ops[aggregation.op], aggregation, _partial(index))
+        lists.append(sf.expr(f"collect_list(IF(_tt_n{index} > 0, named_struct('k', {bucket}, "
+                             f"'v', {finish}), NULL))").alias(name))
+    per_bucket = matched.groupBy(*group, bucket).agg(*partials)
+    return per_bucket.groupBy(*group).agg(*lists).select(*group, *(
+        sf.expr(f"IF(size({_quote(name)}) = 0, NULL, map_from_entries({_quote(name)}))")
+        .alias(name) for name, *_ in features))
+
+
+def _queries(part: JoinPart, left: DataFrame) -> DataFrame:
+    """Distinct (keys, time) of the left rows that have a time, with their as-of time."""
+    at = sf.expr(as_of(part.group_by, TIME))
     keys = [sf.col(_quote(column)).alias(_query_key(index))
             for index, column in enumerate(part.left_keys)]
     return (left.where(sf.col(TIME).isNotNull())

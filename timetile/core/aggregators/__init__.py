@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timetile.core.aggregators.base import Aggregator
+from timetile.core.aggregators.bucketed import Bucketed, bucketed_values
 from timetile.core.aggregators.counting import Avg, Count, Sum
 from timetile.core.aggregators.distinct import Histogram, UniqueCount
 from timetile.core.aggregators.extremes import First, Last, Max, Min
@@ -94,4 +95,4 @@ def make_aggregator(
     return spec.factory(input_type, **kwargs)
 
 
-__all__ = ["OPS", "Aggregator", "OpSpec", "make_aggregator"]
+__all__ = ["OPS", "Aggregator", "Bucketed", "OpSpec", "bucketed_values", "make_aggregator"]

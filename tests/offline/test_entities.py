@@ -1,0 +1,186 @@
+"""Entity sources, lookups, entity left sides, SNAPSHOT and periodic sources, against the oracle.
+
+The data of :func:`random_entities` holds updates, deletes and re-inserts of one key,
+several mutations in one millisecond, mutations at exactly midnight and at the last
+millisecond of a day, and keys absent from the first snapshot; the queries of
+:func:`random_entity_queries` sit at exactly midnight and exactly at mutation times too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame
+
+import timetile as tt
+from timetile.offline.report import BadInputError
+from timetile.testing import naive_backfill, random_entities, random_events, same_value, to_spark
+from timetile.testing.generators import random_entity_queries, random_queries
+
+pytestmark = pytest.mark.spark
+
+OPS = ("count", "sum", "avg", "min", "max", "last", "first_k", "variance")
+
+
+def equal_frames(ours: DataFrame, theirs: DataFrame, order: list[str]) -> None:
+    """Assert two outputs hold the same columns and rows (floats to 1e-9 relative)."""
+    assert ours.columns == theirs.columns
+    mine, oracle = ours.orderBy(*order).collect(), theirs.orderBy(*order).collect()
+    assert len(mine) == len(oracle) > 0
+    bad = [(column, a, b) for a, b in zip(mine, oracle, strict=True) for column in ours.columns
+           if not same_value(a[column], b[column])]
+    assert not bad, f"{len(bad)} mismatches, e.g. {bad[:3]}"
+
+
+@pytest.fixture(scope="module")
+def entities(spark: Any) -> tuple[DataFrame, DataFrame, DataFrame]:
+    tables = random_entities(9, seed=21, days=3, mutations_per_day=14)
+    queries = random_entity_queries(tables, 120, seed=22)
+    return (to_spark(spark, tables.snapshots), to_spark(spark, tables.mutations),
+            to_spark(spark, queries))
+
+
+def aggregations() -> list[tt.Aggregation]:
+    made = [tt.Aggregation("balance", op, k=2 if op.endswith("_k") else None) for op in OPS]
+    made += [tt.Aggregation("tier", op) for op in ("unique_count", "histogram", "last")]
+    made.append(tt.Aggregation("balance", "sum", windows=["6h", "1d", tt.Window("1d", hop="1h")]))
+    made.append(tt.Aggregation("tier", "count", windows=["2d"]))
+    made.append(tt.Aggregation("balance", "sum", buckets=["tier"]))
+    made.append(tt.Aggregation("balance", "max", windows=["1d"], buckets=["tier"]))
+    return made
+
+
+@pytest.mark.parametrize("accuracy", [tt.Accuracy.TEMPORAL, tt.Accuracy.SNAPSHOT])
+def test_entity_aggregations_equal_the_oracle(spark: Any, entities: Any,
+                                              accuracy: tt.Accuracy) -> None:
+    snapshots, mutations, queries = entities
+    source = tt.EntitySource(snapshots, mutation_table=mutations, time_column="since")
+    users = tt.GroupBy("users", source, ["user_id"], aggregations(), accuracy=accuracy)
+    join = tt.Join("accounts", tt.EventSource(queries), [users])
+    job = tt.BackfillJob(join, spark)
+    equal_frames(job.dataframe(), naive_backfill(join, spark), ["user_id", "ts", "label"])
+    assert job.report.path == "users: entity"
+
+
+def test_lookups_equal_the_oracle(spark: Any, entities: Any) -> None:
+    snapshots, mutations, queries = entities
+    source = tt.EntitySource(snapshots, mutation_table=mutations, time_column="since",
+                             select=["user_id", "tier", "balance", "since"])
+    temporal = tt.GroupBy("now", source, ["user_id"])
+    daily = tt.GroupBy("daily", source, ["user_id"], accuracy=tt.Accuracy.SNAPSHOT)
+    join = tt.Join("lookups", tt.EventSource(queries), [temporal, daily])
+    ours = tt.backfill(join, spark)
+    assert ours.columns[-6:] == ["now_tier", "now_balance", "now_since", "daily_tier",
+                                 "daily_balance", "daily_since"]
+    equal_frames(ours, naive_backfill(join, spark), ["user_id", "ts", "label"])
+
+
+def test_an_entity_left_side_equals_the_oracle(spark: Any, entities: Any) -> None:
+    snapshots, mutations, _ = entities
+    events = to_spark(spark, random_events(400, 9, seed=23, days=3))
+    spend = tt.GroupBy("spend", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", "sum", windows=["1d"]), tt.Aggregation("item", "last_k", k=2)])
+    balance = tt.GroupBy("bal", tt.EntitySource(snapshots, mutation_table=mutations),
+                         ["user_id"], [tt.Aggregation("balance", "max")])
+    join = tt.Join("daily", tt.EntitySource(snapshots), [spend, balance])
+    ours = tt.backfill(join, spark, start="2024-01-01", end="2024-01-02")
+    theirs = naive_backfill(join, spark, start="2024-01-01", end="2024-01-02")
+    assert ours.columns[:5] == snapshots.columns
+    assert {row["ds"] for row in ours.select("ds").collect()} == {"2024-01-01", "2024-01-02"}
+    equal_frames(ours, theirs, ["ds", "user_id", "balance", "tier"])
+
+
+def test_snapshot_and_periodic_event_sources_equal_the_oracle(spark: Any) -> None:
+    table = random_events(500, 12, seed=24, days=3)
+    events = to_spark(spark, table)
+    queries = to_spark(spark, random_queries(table, 90, seed=25))
+    aggregations = [tt.Aggregation("amount", "sum", windows=["1d", "2d"]),
+                    tt.Aggregation("quantity", "max", windows=["2h"]),
+                    tt.Aggregation("item", "last")]
+    daily = tt.GroupBy("daily", tt.EventSource(events), ["user_id"], aggregations,
+                       accuracy=tt.Accuracy.SNAPSHOT)
+    hourly = tt.GroupBy("hourly", tt.EventSource(events, period="1h"), ["user_id"],
+                        [tt.Aggregation("quantity", "sum", windows=["2h", "1d"]),
+                         tt.Aggregation("quantity", "max")])
+    join = tt.Join("periodic", tt.EventSource(queries), [daily, hourly])
+    equal_frames(tt.backfill(join, spark), naive_backfill(join, spark),
+                 ["user_id", "ts", "label"])
+
+
+def test_a_missing_snapshot_gives_null_features_and_is_reported(spark: Any) -> None:
+    tables = random_entities(5, seed=26, days=3, missing_day="2024-01-01")
+    snapshots, mutations = to_spark(spark, tables.snapshots), to_spark(spark, tables.mutations)
+    queries = to_spark(spark, random_entity_queries(tables, 40, seed=27))
+    source = tt.EntitySource(snapshots, mutation_table=mutations)
+    users = tt.GroupBy("users", source, ["user_id"], [tt.Aggregation("balance", "count")])
+    join = tt.Join("gap", tt.EventSource(queries), [users])
+    job = tt.BackfillJob(join, spark)
+    # 2023-12-30: the queries on the first day before the first snapshot have none either
+    assert any("no snapshot partition for 2 day(s) (2023-12-30, 2024-01-01)" in note
+               for note in job.report.notes)
+    ours = job.dataframe()
+    on_gap = ours.where("ts >= 1704153600000 AND ts < 1704240000000").collect()  # 2024-01-02
+    assert on_gap
+    assert all(row["users_balance_count"] is None for row in on_gap)
+    equal_frames(ours, naive_backfill(join, spark), ["user_id", "ts", "label"])
+    timed = tt.Join("gap", tt.EventSource(queries.where("ts IS NOT NULL")), [users])
+    with pytest.raises(BadInputError, match="land those partitions"):
+        tt.BackfillJob(timed, spark, strict=True)
+
+
+def test_a_retraction_of_an_absent_row_is_counted_and_ignored(spark: Any) -> None:
+    snapshots = spark.createDataFrame([("2023-12-31", 1, 10.0), ("2023-12-31", 2, 5.0)],
+                                      "ds string, user_id long, balance double")
+    mutations = spark.createDataFrame(
+        [(1, 99.0, 1704070800000, True),  # 01:00: retracts a row that is not there
+         (1, 10.0, 1704074400000, True), (1, 12.0, 1704074400000, False)],  # 02:00 update
+        "user_id long, balance double, mutation_ts long, is_before boolean")
+    queries = spark.createDataFrame([(1, 1704072600000), (1, 1704078000000)],
+                                    "user_id long, ts long")
+    source = tt.EntitySource(snapshots, mutation_table=mutations)
+    users = tt.GroupBy("users", source, ["user_id"], [tt.Aggregation("balance", op)
+                                                      for op in ("sum", "max")])
+    job = tt.BackfillJob(tt.Join("bad", tt.EventSource(queries), [users]), spark)
+    rows = {row["ts"]: row for row in job.dataframe().collect()}
+    assert (rows[1704072600000]["users_balance_sum"], rows[1704078000000]["users_balance_max"]
+            ) == (10.0, 12.0)
+    assert any("retracting a row that is not there" in line and line.endswith(": 1")
+               for line in job.report.lines())
+
+
+def test_temporal_accuracy_without_mutations_is_a_definition_error(spark: Any) -> None:
+    snapshots = spark.createDataFrame([("2024-01-01", 1, 1.0)],
+                                      "ds string, user_id long, balance double")
+    users = tt.GroupBy("users", tt.EntitySource(snapshots), ["user_id"],
+                       [tt.Aggregation("balance", "sum")])
+    queries = spark.createDataFrame([(1, 1704153600000)], "user_id long, ts long")
+    with pytest.raises(tt.DefinitionError, match="needs its mutations"):
+        tt.backfill(tt.Join("none", tt.EventSource(queries), [users]), spark)
+
+
+def test_the_worked_timeline_of_docs_entities(spark: Any) -> None:
+    """The TEMPORAL/SNAPSHOT table of docs/entities.md, computed."""
+    day = 1704153600000  # 2024-01-02 00:00 UTC
+    hour = 3_600_000
+    snapshots = spark.createDataFrame([("2024-01-01", 7, 4.0), ("2024-01-01", 7, 5.0),
+                                       ("2024-01-02", 7, 3.0), ("2024-01-02", 7, 1.0)],
+                                      "ds string, listing_id long, rating double")
+    mutations = spark.createDataFrame([
+        (7, 3.0, day + 9 * hour, False),
+        (7, 5.0, day + 12 * hour, True), (7, 1.0, day + 12 * hour, False),
+        (7, 4.0, day + 18 * hour, True),
+    ], "listing_id long, rating double, mutation_ts long, is_before boolean")
+    times = [day, day + 9 * hour, day + 10 * hour + hour // 2, day + 12 * hour + 1,
+             day + 23 * hour + 59 * 60_000, day + 32 * hour]
+    checkouts = spark.createDataFrame([(7, t) for t in times], "listing_id long, ts long")
+    ratings = tt.EntitySource(snapshots, mutation_table=mutations)
+    parts = [tt.GroupBy(name, ratings, ["listing_id"], [tt.Aggregation("rating", "avg")],
+                        accuracy=accuracy)
+             for name, accuracy in (("now", tt.Accuracy.TEMPORAL),
+                                    ("daily", tt.Accuracy.SNAPSHOT))]
+    rows = tt.backfill(tt.Join("timeline", tt.EventSource(checkouts), parts), spark).collect()
+    got = {row["ts"]: (round(row["now_rating_avg"], 2), row["daily_rating_avg"])
+           for row in rows}
+    assert [got[t] for t in times] == [(4.5, 4.5), (4.5, 4.5), (4.0, 4.5), (2.67, 4.5),
+                                       (2.0, 4.5), (2.0, 2.0)]

@@ -1,0 +1,137 @@
+"""Reading entity sources: daily snapshots and mutations, as Spark DataFrames (DESIGN §2).
+
+An entity source is a mutable table. Partition ``d`` of its snapshot table holds the table
+as of the end of day ``d`` (UTC); its mutation table holds the row images of each change:
+``is_before`` true for the image before it (a retraction), false for the image after (an
+insertion). Both load lazily into frames with timetile's internal columns:
+
+- snapshots: the row columns, :data:`DAY` (the partition as an epoch day) and
+  :data:`~timetile.offline.sources.TIME` (the row's ``time_column`` in epoch ms, or null);
+- mutations: the same row columns, :data:`~timetile.offline.sources.TIME`,
+  :data:`MUTATION_TIME` and :data:`IS_BEFORE`.
+
+The row columns are the snapshot's columns after ``where`` and ``select``, less the
+partition column; the mutations must have them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from timetile.api.errors import DefinitionError, one_of
+from timetile.api.sources import EntitySource
+from timetile.core.timeutil import DAY_MS
+from timetile.offline.sources import (
+    TIME,
+    check_time_zone,
+    coarse_type,
+    project,
+    read_table,
+    time_millis,
+)
+
+#: The snapshot partition of a row, as days since the epoch (null when unparseable).
+DAY = "_tt_day"
+#: When a mutation happened, in epoch milliseconds.
+MUTATION_TIME = "_tt_mutation_time"
+#: True for the row image before a change (a retraction).
+IS_BEFORE = "_tt_is_before"
+
+
+@dataclass(frozen=True)
+class EntityTables:
+    """An entity source, loaded.
+
+    Attributes:
+        source: the definition.
+        row_columns: the columns of a row image, in order.
+        snapshots: the snapshot rows with :data:`DAY` and ``TIME``; the partition column is
+            kept too (an entity left side returns it).
+        mutations: the mutation rows, or None when the source has no mutation table.
+        partitions: the partitions of the snapshot table as :data:`DAY`, before ``where``:
+            a day whose rows ``where`` removes is empty, not missing.
+
+    """
+
+    source: EntitySource
+    row_columns: tuple[str, ...]
+    snapshots: DataFrame
+    mutations: DataFrame | None
+    partitions: DataFrame
+
+
+def partition_day(column: str, data_type: T.DataType) -> Column:
+    """Return a ``YYYY-MM-DD`` string or DATE partition column as an epoch day."""
+    if coarse_type(data_type) in ("date", "timestamp"):
+        return F.unix_date(F.col(column).cast("date"))
+    return F.unix_date(F.try_to_date(F.col(column).cast("string"), "yyyy-MM-dd"))
+
+
+def day_end_ms(day: Column) -> Column:
+    """Return the first millisecond after epoch day ``day``: a snapshot's as-of time."""
+    return (day.cast("long") + 1) * DAY_MS
+
+
+def _row_time(frame: DataFrame, source: EntitySource) -> Column:
+    column = source.time_column
+    if column is None or column not in frame.columns:
+        return F.lit(None).cast("long")
+    return time_millis(column, frame.schema[column].dataType)
+
+
+def load_entity(spark: SparkSession, source: EntitySource, field: str) -> EntityTables:
+    """Load an entity source lazily; ``field`` names it in errors (``parts[0].source``).
+
+    Raises:
+        DefinitionError: the partition column, a mutation column or a row column of the
+            snapshots is missing where it must be.
+
+    """
+    raw = read_table(spark, source.snapshot_table)
+    partition = source.partition_column
+    if partition not in raw.columns:
+        raise DefinitionError.single(
+            "source", f"{field}.partition_column",
+            f"{partition!r} is not a column of {source.label}", one_of(partition, raw.columns))
+    raw = raw.withColumn(DAY, partition_day(partition, raw.schema[partition].dataType))
+    partitions = raw.select(DAY)
+    snapshots = project(raw, source, field, keep=(DAY, partition))
+    check_time_zone(spark, snapshots, source.time_column, f"{field}.time_column")
+    row_columns = tuple(c for c in snapshots.columns if c not in (DAY, partition))
+    snapshots = snapshots.withColumn(TIME, _row_time(snapshots, source))
+    mutations = None
+    if source.mutation_table is not None:
+        mutations = _load_mutations(spark, source, field, row_columns)
+    return EntityTables(source, row_columns, snapshots, mutations, partitions)
+
+
+def _load_mutations(spark: SparkSession, source: EntitySource, field: str,
+                    row_columns: tuple[str, ...]) -> DataFrame:
+    where = f"{field}.mutation_table"
+    raw = read_table(spark, source.mutation_table)
+    flags = (source.mutation_time_column, source.is_before_column)
+    for name, column in zip(("mutation_time_column", "is_before_column"), flags, strict=True):
+        if column not in raw.columns:
+            raise DefinitionError.single(
+                "source", f"{field}.{name}",
+                f"{column!r} is not a column of the mutation table {source.mutation_table!r}"
+                if isinstance(source.mutation_table, str) else
+                f"{column!r} is not a column of the mutation table", one_of(column, raw.columns))
+    check_time_zone(spark, raw, source.mutation_time_column, f"{field}.mutation_time_column")
+    raw = raw.withColumns({
+        MUTATION_TIME: time_millis(source.mutation_time_column,
+                                   raw.schema[source.mutation_time_column].dataType),
+        IS_BEFORE: F.col(source.is_before_column).cast("boolean"),
+    })
+    mutations = project(raw, source, where, keep=(MUTATION_TIME, IS_BEFORE))
+    missing = [column for column in row_columns if column not in mutations.columns]
+    if missing:
+        raise DefinitionError.single(
+            "source", where, f"lacks the row columns {missing} that the snapshots have",
+            "give the mutations the same row columns as the snapshots (or select them)")
+    mutations = mutations.select(*row_columns, MUTATION_TIME, IS_BEFORE)
+    return mutations.withColumn(TIME, _row_time(mutations, source))
