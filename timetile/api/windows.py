@@ -86,6 +86,17 @@ class Window:
         return window_bounds(query_times, self.window_kind, self.length_ms, self.hop_ms)
 
 
+def window_spec(window: Window | None) -> tuple[WindowKind, int | None, int | None]:
+    """Return a window as the core's (kind, length, hop); None is the lifetime window.
+
+    >>> window_spec(Window("1d", hop="1h"))[0], window_spec(None)
+    (<WindowKind.SAWTOOTH: 'sawtooth'>, (<WindowKind.LIFETIME: 'lifetime'>, None, None))
+    """
+    if window is None:
+        return WindowKind.LIFETIME, None, None
+    return window.window_kind, window.length_ms, window.hop_ms
+
+
 def _error(field: str, message: str, fix: str) -> DefinitionError:
     return DefinitionError.single("Window", field, message, fix)
 

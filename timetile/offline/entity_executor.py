@@ -28,10 +28,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from timetile.api.windows import window_spec
 from timetile.core.entity_state import EntityFeature, EntityReplay
 from timetile.core.timeutil import DAY_MS
 from timetile.offline.entities import DAY, IS_BEFORE, MUTATION_TIME
-from timetile.offline.plan import EntityPartPlan, ExecutorOptions, window_spec
+from timetile.offline.plan import EntityPartPlan, ExecutorOptions
 from timetile.offline.reference_executor import build_aggregator, feature_fields
 from timetile.offline.result_types import arrow_column
 from timetile.offline.sorted_groups import group_bounds, whole_groups

@@ -20,10 +20,10 @@ from timetile.api.group_by import Accuracy, GroupBy
 from timetile.api.join import Join, JoinPart
 from timetile.api.schema import VALUE_TYPES, check_join
 from timetile.api.sources import EntitySource, EventSource, describe_table
-from timetile.api.windows import Window
+from timetile.api.windows import Window, window_spec
 from timetile.core.timeutil import DAY_MS
 from timetile.core.types import ValueType
-from timetile.core.windows import WindowKind, window_bounds
+from timetile.core.windows import window_bounds
 from timetile.offline.entities import (
     DAY,
     IS_BEFORE,
@@ -54,13 +54,6 @@ class ExecutorOptions:
     partials_path: str | None = None
     notes: list[str] = field(default_factory=list)
     gauges: dict[str, Callable[[], str | None]] = field(default_factory=dict)
-
-
-def window_spec(window: Window | None) -> tuple[WindowKind, int | None, int | None]:
-    """Return a window as the core's (kind, length, hop); None is the lifetime window."""
-    if window is None:
-        return WindowKind.LIFETIME, None, None
-    return window.window_kind, window.length_ms, window.hop_ms
 
 
 def query_bounds(window: Window | None, query_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

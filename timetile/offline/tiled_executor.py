@@ -37,12 +37,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from timetile.api.windows import window_spec
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_states
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.core.windows import MIN_TIME, WindowKind
 from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
-from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, window_spec
+from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
 from timetile.offline.result_types import arrow_value
 from timetile.offline.sorted_groups import Rows, map_groups

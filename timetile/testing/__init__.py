@@ -3,6 +3,7 @@
 :func:`naive_backfill` computes a Join by brute force in plain Spark SQL (DESIGN §4): every
 engine path is tested against it, and users can test their own definitions with it. The
 generators make small tables that hold every edge case the semantics care about.
+:class:`RedisServer` runs a throwaway ``redis-server`` for the online stores' tests.
 """
 
 from timetile.testing.compare import same_value
@@ -20,12 +21,12 @@ from timetile.testing.generators import (
     to_spark,
 )
 from timetile.testing.oracle import (
-    SQL_OPS,
-    SqlOp,
     naive_backfill,
     percentile_rank_bounds,
     percentiles_within,
 )
+from timetile.testing.redis_server import RedisServer
+from timetile.testing.sql_ops import SQL_OPS, SqlOp
 
 __all__ = [
     "EVENT_SCHEMA",
@@ -35,6 +36,7 @@ __all__ = [
     "SNAPSHOT_SCHEMA",
     "SQL_OPS",
     "EntityTables",
+    "RedisServer",
     "SqlOp",
     "min_queries",
     "naive_backfill",

@@ -50,19 +50,21 @@ from timetile.api import EntitySource, JoinPart
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.offline.sources import TIME, read_table, time_millis
 from timetile.testing.oracle import (
+    _queries,
+    _quote,
+    _widened,
+    aggregate_features,
+    value_columns,
+)
+from timetile.testing.sql_ops import (
     _AT,
     _EVENT_TIME,
     _QUERY_TIME,
     SQL_OPS,
     SqlOp,
     _partial,
-    _queries,
     _query_key,
-    _quote,
     _value,
-    _widened,
-    aggregate_features,
-    value_columns,
 )
 
 # Internal column names (a source column must not use the ``_tt_`` prefix).

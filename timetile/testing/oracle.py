@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -49,147 +47,21 @@ from timetile.api import (
     Window,
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms
-from timetile.core.windows import WindowKind
 from timetile.offline.sources import TIME, load_events
-
-# Internal column names; a left column must not use the ``_tt_`` prefix.
-_QUERY_TIME = "_tt_q"  # the query's time, as in the left rows
-_AT = "_tt_at"  # the query's as-of time: q, floored to the day (SNAPSHOT) and the period
-_EVENT_TIME = "_tt_t"
-
-
-def _query_key(index: int) -> str:
-    return f"_tt_qk{index}"
-
-
-def _event_key(index: int) -> str:
-    return f"_tt_ek{index}"
-
-
-def _value(index: int) -> str:
-    return f"_tt_v{index}"
-
-
-def _partial(index: int) -> str:
-    return f"_tt_a{index}"
-
-
-@dataclass(frozen=True)
-class SqlOp:
-    """How the oracle computes one op: a SQL aggregate, then a SQL expression finishing it.
-
-    Attributes:
-        aggregate: an aggregate over ``{v}`` (the value) and ``{t}`` (the event time). The
-            plan appends ``FILTER (WHERE <window> AND {v} IS NOT NULL)``, so the aggregate
-            sees exactly the window's non-null values, possibly none.
-        finish: an expression over ``{a}`` (the aggregate's result), ``{k}`` and ``{ps}``
-            (the percentiles as a comma-separated list of exact decimals).
-
-    """
-
-    aggregate: str
-    finish: str = "{a}"
-
-
-def _non_empty(body: str) -> str:
-    """Make a list op's result null on an empty window (collect_list gives ``[]`` there)."""
-    return f"IF(size({{a}}) = 0, NULL, {body})"
-
-
-def _without_nan(finish: str) -> str:
-    """Make a finish over a list of doubles see only its numbers (NaNs removed)."""
-    return finish.replace("{a}", "filter({a}, x -> NOT isnan(x))")
-
-
-_PAIR = "named_struct('t', {t}, 'v', {v})"  # ordered by time, ties by value (NaN largest)
-
-#: Each op of DESIGN §2 as Spark SQL (STYLE §9). Spark orders NaN above every double, which
-#: is the contract's order for min, max, first, last and the k-ops; ``count(DISTINCT)``,
-#: ``array_distinct`` and ``<=>`` treat all NaNs as one value and -0.0 as 0.0.
-SQL_OPS: Mapping[str, SqlOp] = {
-    "count": SqlOp("count({v})", "coalesce({a}, 0)"),
-    "sum": SqlOp("sum({v})"),
-    "avg": SqlOp("avg({v})"),
-    "min": SqlOp("min({v})"),
-    "max": SqlOp("max({v})"),
-    "first": SqlOp(f"min({_PAIR})", "{a}.v"),
-    "last": SqlOp(f"max({_PAIR})", "{a}.v"),
-    "first_k": SqlOp(f"collect_list({_PAIR})",
-                     _non_empty("transform(slice(sort_array({a}, true), 1, {k}), p -> p.v)")),
-    "last_k": SqlOp(f"collect_list({_PAIR})",
-                    _non_empty("transform(slice(sort_array({a}, false), 1, {k}), p -> p.v)")),
-    "top_k": SqlOp("collect_list({v})", _non_empty("slice(sort_array({a}, false), 1, {k})")),
-    "bottom_k": SqlOp("collect_list({v})", _non_empty("slice(sort_array({a}, true), 1, {k})")),
-    "variance": SqlOp("var_samp({v})"),
-    "stddev": SqlOp("stddev_samp({v})"),
-    "skew": SqlOp("skewness({v})"),
-    "kurtosis": SqlOp("kurtosis({v})"),
-    "unique_count": SqlOp("count(DISTINCT {v})", "coalesce({a}, 0)"),
-    # The truth: engine tests check the sketch's estimate against its error bound. HLL
-    # sketches (DataSketches, and Spark's hll_sketch_agg) skip the empty string.
-    "approx_unique_count": SqlOp("count(DISTINCT IF(CAST({v} AS STRING) = '', NULL, {v}))",
-                                 "coalesce({a}, 0)"),
-    # value -> how many times it occurs; array_distinct and <=> merge NaNs and ±0.0 as
-    # count(DISTINCT) does, so size(histogram) = unique_count.
-    "histogram": SqlOp("collect_list({v})", _non_empty(
-        "map_from_entries(transform(array_distinct({a}), "
-        "x -> struct(x, CAST(size(filter({a}, y -> y <=> x)) AS BIGINT))))")),
-    # The exact nearest-rank percentile (percentile_disc): the ceil(p·n)-th smallest value,
-    # the smallest for p = 0, in exact decimal arithmetic. NaNs are skipped, as KLL sketches
-    # (DataSketches, and Spark's kll_sketch_agg_double) skip them.
-    "approx_percentile": SqlOp("collect_list(CAST({v} AS DOUBLE))", _without_nan(_non_empty(
-        "transform(array({ps}), p -> element_at(sort_array({a}), "
-        "CAST(greatest(1, ceil(p * size({a}))) AS INT)))"))),
-}
-
-
-def percentile_bounds_op(epsilon: float) -> SqlOp:
-    """``approx_percentile`` as the interval a rank-ε approximation must fall in.
-
-    For the window's n values other than NaN sorted ascending as ``s[1..n]`` and each
-    percentile p, the result is ``struct(lo, hi)`` with ``lo = s[clamp(floor((p − ε)·n))]``
-    and ``hi = s[clamp(ceil((p + ε)·n) + 1)]``, indices clamped to ``[1, n]``. Any data item
-    whose normalized rank is within ε of p lies in ``[lo, hi]`` whichever rank convention
-    (inclusive or exclusive) the sketch uses: the bounds are one item generous on each side.
-    """
-    eps = _decimal(epsilon)
-    at = "element_at(sort_array({a}), CAST(least(size({a}), greatest(1, {i})) AS INT))"
-    lo = at.replace("{i}", f"floor((p - {eps}) * size({{a}}))")
-    hi = at.replace("{i}", f"ceil((p + {eps}) * size({{a}})) + 1")
-    return SqlOp("collect_list(CAST({v} AS DOUBLE))", _without_nan(_non_empty(
-        f"transform(array({{ps}}), p -> named_struct('lo', {lo}, 'hi', {hi}))")))
-
-
-def _decimal(number: float) -> str:
-    """Write a float as an exact SQL decimal literal (``0.3``, never ``3e-01``)."""
-    return format(Decimal(repr(float(number))), "f")
-
-
-#: ``[start, end)`` of each window kind as SQL over ``{q}`` (the time the window ends at),
-#: ``{length}`` and ``{hop}``; None is an unbounded start. ``x - pmod(x, hop)`` is a true
-#: floor, also before the epoch.
-_FLOOR_START = "({q} - {length}) - pmod({q} - {length}, {hop})"
-WINDOW_SQL: Mapping[WindowKind, tuple[str | None, str]] = {
-    WindowKind.SLIDING: ("{q} - {length}", "{q}"),
-    WindowKind.SAWTOOTH: (_FLOOR_START, "{q}"),
-    WindowKind.HOPPING: (_FLOOR_START, "{q} - pmod({q}, {hop})"),
-    WindowKind.LIFETIME: (None, "{q}"),
-}
-
-
-def window_interval(window: Window | None, at: str) -> tuple[str | None, str]:
-    """Write SQL for a window's ``[start, end)`` at the times in column ``at`` (None: lifetime).
-
-    >>> window_interval(Window(10, hop=4), "q")
-    ('(q - 10) - pmod(q - 10, 4)', 'q')
-    >>> window_interval(None, "q")
-    (None, 'q')
-    """
-    kind = WindowKind.LIFETIME if window is None else window.window_kind
-    start, end = WINDOW_SQL[kind]
-    fields = {"q": at, "length": window.length_ms if window else None,
-              "hop": window.hop_ms if window else None}
-    return (None if start is None else start.format(**fields)), end.format(**fields)
+from timetile.testing.sql_ops import (
+    _AT,
+    _EVENT_TIME,
+    _QUERY_TIME,
+    SQL_OPS,
+    SqlOp,
+    _decimal,
+    _event_key,
+    _partial,
+    _query_key,
+    _value,
+    percentile_bounds_op,
+    window_interval,
+)
 
 
 def as_of(group_by: GroupBy, q: str) -> str:

@@ -1,0 +1,38 @@
+"""Fixtures of the online tests: a real redis-server for the session, and each store fresh.
+
+No mocks and no skips: when ``redis-server`` is missing, the Redis tests fail with
+:class:`~timetile.testing.RedisServer`'s message saying how to install it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from timetile.online.lmdb_store import LmdbStore
+from timetile.online.redis_store import RedisStore
+from timetile.online.store import KVStore
+from timetile.testing import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """The URL of a redis-server started for the test session (no persistence)."""
+    with RedisServer() as server:
+        yield server.url
+
+
+@pytest.fixture(params=["lmdb", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KVStore]:
+    """A fresh, empty store of each kind: LMDB in a temporary directory, Redis flushed."""
+    fresh: KVStore
+    if request.param == "lmdb":
+        fresh = LmdbStore(tmp_path / "lmdb")
+    else:
+        redis_store = RedisStore(request.getfixturevalue("redis_url"))
+        redis_store.flush()
+        fresh = redis_store
+    yield fresh
+    fresh.close()

@@ -1,0 +1,124 @@
+"""The online contract: upload day D, stream D+1 up to t, and every fetch at t' <= t equals
+``tt.backfill`` at (key, t'), for every op and window kind, on both stores (DESIGN §5).
+
+Keys hold fewer than 200 values, so the sketches are exact and every op compares exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import timetile as tt
+from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.online.fetcher import Fetcher, NotUploadedError
+from timetile.online.store import open_store
+from timetile.online.tiles import put_events
+from timetile.online.upload import upload
+from timetile.testing import random_events, same_value, to_spark
+
+pytestmark = pytest.mark.spark
+
+DS = "2024-01-02"
+DAY_END = date_to_ms(DS) + DAY_MS
+STREAMED_UNTIL = DAY_END + 20 * HOUR_MS
+WINDOWS = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("1d", hop="6h", kind="hopping")]
+PARAMS: dict[str, dict[str, Any]] = {
+    "first_k": {"k": 2}, "last_k": {"k": 3}, "top_k": {"k": 2}, "bottom_k": {"k": 2},
+    "approx_percentile": {"percentiles": [0.1, 0.5, 0.9]},
+}
+COLUMNS = {
+    "amount": ["sum", "avg", "min", "max", "variance", "stddev", "skew", "kurtosis",
+               "approx_percentile", "top_k"],
+    "quantity": ["count", "sum", "first", "last", "bottom_k"],
+    "item": ["last_k", "first_k", "unique_count", "approx_unique_count", "histogram"],
+    "flag": ["count", "last"],
+}
+
+
+def aggregations() -> list[tt.Aggregation]:
+    made = []
+    for column, ops in COLUMNS.items():
+        for op in ops:
+            made.append(tt.Aggregation(column, op, windows=WINDOWS, **PARAMS.get(op, {})))
+            made.append(tt.Aggregation(column, op, **PARAMS.get(op, {})))
+    made.append(tt.Aggregation("amount", "sum", windows=["1d"], buckets=["item"]))
+    return made
+
+
+@pytest.fixture(params=["lmdb", "redis"])
+def store_uri(request: Any, tmp_path: Path) -> Iterator[str]:
+    if request.param == "lmdb":
+        yield f"lmdb://{tmp_path / 'store'}"
+        return
+    url = request.getfixturevalue("redis_url")
+    with open_store(url) as store:
+        store.flush()  # type: ignore[attr-defined]
+    yield url
+
+
+def test_fetch_equals_backfill_at_every_time(spark: Any, store_uri: str) -> None:
+    table = random_events(700, 12, seed=51, start="2024-01-01", days=3)
+    events = to_spark(spark, table)
+    users = tt.GroupBy("users", tt.EventSource(events), ["user_id"], aggregations())
+    report = upload(users, spark, DS, store_uri)
+    assert report.written["users"][0] > 0
+    times = pc.fill_null(table.column("ts"), -1)
+    streamed = table.filter(pc.and_(pc.greater_equal(times, DAY_END),
+                                    pc.less(times, STREAMED_UNTIL)))
+    late = table.filter(pc.and_(pc.greater_equal(times, 0), pc.less(times, DAY_END))).slice(0, 5)
+    with open_store(store_uri) as store:
+        half = streamed.num_rows // 2
+        first = put_events(store, users, pa.concat_tables([streamed.slice(0, half), late]), "b1")
+        assert first.late == late.num_rows
+        put_events(store, users, streamed.slice(half), "b2")
+        put_events(store, users, streamed.slice(half), "b2")  # a replay: no double count
+        rng = np.random.default_rng(52)
+        stamps = streamed.column("ts").to_pylist()
+        at = sorted({DAY_END, STREAMED_UNTIL, DAY_END + 6 * HOUR_MS, *stamps[:6],
+                     *(int(t) for t in rng.integers(DAY_END, STREAMED_UNTIL, 8))})
+        keys = [1, 2, 3, 7, 12, 99]  # 99 has no event at all
+        queries = spark.createDataFrame([(k, t) for k in keys for t in at],
+                                        "user_id long, ts long")
+        join = tt.Join("online", tt.EventSource(queries), [users])
+        truth = {(row["user_id"], row["ts"]): row for row in tt.backfill(join, spark).collect()}
+        fetcher = Fetcher(join, store)
+        bad = []
+        for moment in at:
+            for key, result in zip(keys, fetcher.fetch([{"user_id": k} for k in keys],
+                                                       at=moment), strict=True):
+                assert result.stale == []
+                expected = truth[(key, moment)]
+                bad += [(name, key, moment, value, expected[name])
+                        for name, value in result.features.items()
+                        if not same_value(value, expected[name])]
+        assert not bad, f"{len(bad)} mismatches, e.g. {bad[:5]}"
+
+
+def test_missing_keys_late_uploads_and_bad_rows(spark: Any, store_uri: str) -> None:
+    events = spark.createDataFrame([(1, DAY_END - HOUR_MS, 2.0)],
+                                   "user_id long, ts long, amount double")
+    users = tt.GroupBy("users", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", "count", windows=["1d"]), tt.Aggregation("amount", "max")])
+    queries = spark.createDataFrame([(1, 0)], "user_id long, ts long")
+    join = tt.Join("online", tt.EventSource(queries), [users])
+    with open_store(store_uri) as store:
+        with pytest.raises(NotUploadedError, match="timetile upload"):
+            Fetcher(join, store)
+        upload(users, spark, DS, store_uri)
+        fetcher = Fetcher(join, store)
+        missing, present = fetcher.fetch([{"user_id": 5}, {"user_id": "1"}], at=DAY_END)
+        assert missing.features == {"users_amount_count_1d": 0, "users_amount_max": None}
+        assert present.features == {"users_amount_count_1d": 1, "users_amount_max": 2.0}
+        late = fetcher.fetch([{"user_id": 1}], at=DAY_END + 2 * DAY_MS)[0]
+        assert late.stale == ["users"]
+        with pytest.raises(tt.DefinitionError, match=r"rows\[0\]: lacks the key column user_id"):
+            fetcher.fetch([{"id": 1}])
+        with pytest.raises(tt.DefinitionError, match="'x' cannot be read as int"):
+            fetcher.fetch([{"user_id": "x"}])

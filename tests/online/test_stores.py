@@ -1,0 +1,312 @@
+"""The KVStore contract, run against LMDB and a real Redis server alike (DESIGN §5).
+
+Then what only one store has: LMDB's several store objects and processes on one directory,
+its readers in threads and its growing map; Redis's errors when the server is not there.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from timetile.online.lmdb_store import LmdbStore
+from timetile.online.redis_store import RedisStore
+from timetile.online.store import KVStore, StoreUnavailable, Tile, open_store
+
+MIN, MAX = -(1 << 63), (1 << 63) - 1
+
+
+# --- records ---------------------------------------------------------------------------------
+
+
+def test_multi_get_missing_keys_and_order(store: KVStore) -> None:
+    store.multi_put("users", [(b"b", b"2"), (b"a", b"1"), (b"c", b"3")])
+    assert store.multi_get("users", [b"c", b"x", b"a", b"a", b"b"]) == [
+        b"3", None, b"1", b"1", b"2"]
+    assert store.multi_get("users", [b"nobody"]) == [None]
+    assert store.multi_get("users", []) == []
+
+
+def test_binary_keys_and_values(store: KVStore) -> None:
+    keys = [b"\x00", b"\x00\x00", b"a\x00b", b"a", b"a\x00", b"\xff\xfe\x80", b":r:x", b"\n "]
+    store.multi_put("bin", [(key, b"\x00v" + key) for key in keys])
+    assert store.multi_get("bin", keys) == [b"\x00v" + key for key in keys]
+    assert store.multi_get("bin", [b"\xff", b"a\x00c"]) == [None, None]
+
+
+def test_large_values(store: KVStore) -> None:
+    big = random.Random(1).randbytes(1 << 20)
+    store.multi_put("big", [(b"k", big), (b"small", b"s")])
+    store.put_tiles("big_tiles", [(b"k", 0, b"m", big)])
+    assert store.multi_get("big", [b"k", b"small"]) == [big, b"s"]
+    assert store.get_tiles("big_tiles", [b"k"], 0, 1) == [[(0, b"m", big)]]
+
+
+def test_put_replaces_and_empty_value(store: KVStore) -> None:
+    store.multi_put("users", [(b"a", b"old"), (b"b", b"old")])
+    store.multi_put("users", [(b"a", b"new"), (b"b", b"")])
+    assert store.multi_get("users", [b"a", b"b"]) == [b"new", b""]
+
+
+def test_empty_writes_are_no_ops(store: KVStore) -> None:
+    store.multi_put("users", [])
+    store.put_tiles("clicks", iter([]))
+    assert store.multi_get("users", [b"a"]) == [None]
+    assert store.get_tiles("clicks", [b"a"], MIN, MAX) == [[]]
+
+
+def test_tables_are_separate(store: KVStore) -> None:
+    store.multi_put("one", [(b"k", b"1")])
+    store.multi_put("two", [(b"k", b"2")])
+    store.put_tiles("one", [(b"k", 0, b"", b"tile")])
+    assert store.multi_get("one", [b"k"]) == [b"1"]
+    assert store.multi_get("two", [b"k"]) == [b"2"]
+    assert store.get_tiles("two", [b"k"], MIN, MAX) == [[]]
+    assert store.get_tiles("one", [b"k"], MIN, MAX) == [[(0, b"", b"tile")]]
+
+
+def test_unknown_table_reads(store: KVStore) -> None:
+    assert store.multi_get("never_written", [b"a", b"b"]) == [None, None]
+    assert store.get_tiles("never_written", [b"a", b"b"], MIN, MAX) == [[], []]
+
+
+def test_bad_table_names_and_empty_keys(store: KVStore) -> None:
+    for table in ["", "a:b", "a b", "x" * 201]:
+        with pytest.raises(ValueError, match="bad table name"):
+            store.multi_get(table, [b"k"])
+    with pytest.raises(ValueError, match="empty"):
+        store.multi_put("users", [(b"", b"v")])
+    with pytest.raises(ValueError, match="empty"):
+        store.put_tiles("clicks", [(b"", 0, b"m", b"v")])
+
+
+# --- tiles -----------------------------------------------------------------------------------
+
+
+def test_tile_range_is_start_inclusive_end_exclusive(store: KVStore) -> None:
+    store.put_tiles("clicks", [(b"k", start, b"", b"%d" % start) for start in range(0, 50, 10)])
+    got = store.get_tiles("clicks", [b"k", b"k"], 10, 40)
+    assert got[0] == got[1] == [(10, b"", b"10"), (20, b"", b"20"), (30, b"", b"30")]
+    assert store.get_tiles("clicks", [b"k"], 10, 11) == [[(10, b"", b"10")]]
+    assert store.get_tiles("clicks", [b"k"], 11, 20) == [[]]
+    assert store.get_tiles("clicks", [b"k"], 40, 40) == [[]]
+    assert store.get_tiles("clicks", [b"k"], 40, 10) == [[]]
+    assert [t[0] for t in store.get_tiles("clicks", [b"k"], MIN, MAX)[0]] == [0, 10, 20, 30, 40]
+
+
+def test_negative_and_extreme_tile_starts(store: KVStore) -> None:
+    starts = [MIN, -(1 << 40) - 1, -1, 0, 1, 1 << 53, (1 << 53) + 1, MAX]
+    store.put_tiles("clicks", [(b"k", start, b"", b"v") for start in reversed(starts)])
+    assert [t[0] for t in store.get_tiles("clicks", [b"k"], MIN, MAX)[0]] == starts[:-1]
+    assert [t[0] for t in store.get_tiles("clicks", [b"k"], -1, 1)[0]] == [-1, 0]
+    assert [t[0] for t in store.get_tiles("clicks", [b"k"], MIN, -1)[0]] == starts[:2]
+    assert [t[0] for t in store.get_tiles("clicks", [b"k"], (1 << 53) + 1, 1 << 64)[0]] == [
+        (1 << 53) + 1, MAX]
+    with pytest.raises(ValueError, match="64-bit"):
+        store.put_tiles("clicks", [(b"k", 1 << 63, b"", b"v")])
+
+
+def test_tiles_sort_by_start_then_member(store: KVStore) -> None:
+    members = [b"", b"a", b"a\x00", b"ab", b"b", b"\xff", b"\x00"]
+    entries = [(b"k", start, member, start.to_bytes(2, "big", signed=True) + member)
+               for start in (-5, 0, 5) for member in members]
+    random.Random(7).shuffle(entries)
+    store.put_tiles("clicks", entries)
+    expected = sorted((start, member, value) for _, start, member, value in entries)
+    assert store.get_tiles("clicks", [b"k"], -5, 6) == [expected]
+
+
+def test_reput_of_the_same_entry_replaces_it(store: KVStore) -> None:
+    store.put_tiles("clicks", [(b"k", 0, b"batch-1", b"old"), (b"k", 0, b"batch-2", b"x")])
+    store.put_tiles("clicks", [(b"k", 0, b"batch-1", b"old")])  # a replayed micro-batch
+    store.put_tiles("clicks", [(b"k", 0, b"batch-1", b"new")])
+    assert store.get_tiles("clicks", [b"k"], 0, 1) == [[(0, b"batch-1", b"new"),
+                                                        (0, b"batch-2", b"x")]]
+
+
+def test_many_keys_in_one_get_tiles(store: KVStore) -> None:
+    # Keys that prefix one another, or differ by a NUL, must not see each other's tiles.
+    keys = [b"k", b"k\x00", b"kk", b"k\x00\x00", b"\xff" * 40] + [b"u%d" % i for i in range(200)]
+    store.put_tiles("clicks", [(key, i, b"m", key) for i, key in enumerate(keys) if i % 3])
+    asked = [*keys, b"none", b"k"]
+    got = store.get_tiles("clicks", asked, MIN, MAX)
+    assert len(got) == len(asked)
+    for key, tiles in zip(asked, got, strict=True):
+        i = keys.index(key) if key in keys else -1
+        assert tiles == ([(i, b"m", key)] if i >= 0 and i % 3 else [])
+
+
+def test_tiles_match_a_brute_force_oracle(store: KVStore) -> None:
+    rng = random.Random(42)
+    model: dict[tuple[bytes, int, bytes], bytes] = {}
+    keys = [b"a", b"ab", b"b", b"\x00"]
+    for _ in range(30):
+        batch = [(rng.choice(keys), rng.randrange(-50, 50), rng.choice([b"", b"m", b"n"]),
+                  rng.randbytes(rng.randrange(4))) for _ in range(rng.randrange(1, 20))]
+        store.put_tiles("clicks", batch)
+        for key, start, member, value in batch:
+            model[key, start, member] = value
+        low = rng.randrange(-60, 60)
+        high = low + rng.randrange(0, 40)
+        expected: list[list[Tile]] = [
+            sorted((s, m, v) for (k, s, m), v in model.items() if k == key and low <= s < high)
+            for key in keys]
+        assert store.get_tiles("clicks", keys, low, high) == expected
+
+
+# --- lifecycle -------------------------------------------------------------------------------
+
+
+def test_ping_and_close(store: KVStore) -> None:
+    store.ping()
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreUnavailable):
+        store.ping()
+    with pytest.raises(StoreUnavailable):
+        store.multi_get("users", [b"a"])
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_redis_on_a_closed_port_is_unavailable() -> None:
+    url = f"redis://:secret@127.0.0.1:{_closed_port()}/0"
+    began = time.monotonic()
+    with RedisStore(url) as down:
+        for call in (down.ping, lambda: down.multi_get("users", [b"a"]),
+                     lambda: down.put_tiles("clicks", [(b"k", 0, b"", b"v")])):
+            with pytest.raises(StoreUnavailable, match="start redis-server or check the URL") as e:
+                call()
+            assert "127.0.0.1" in str(e.value)
+            assert "secret" not in str(e.value)
+    with pytest.raises(StoreUnavailable):
+        open_store(url)
+    assert time.monotonic() - began < 10
+
+
+# --- open_store ------------------------------------------------------------------------------
+
+
+def test_open_store_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    for uri in [f"lmdb://{tmp_path}/abs", "lmdb:relative/dir", "bare/dir", str(tmp_path / "p")]:
+        with open_store(uri) as opened:
+            assert isinstance(opened, LmdbStore)
+            opened.multi_put("t", [(b"k", uri.encode())])
+    assert (tmp_path / "abs" / "data.mdb").exists()
+    assert (tmp_path / "relative" / "dir" / "data.mdb").exists()
+    assert (tmp_path / "bare" / "dir" / "data.mdb").exists()
+    with open_store("lmdb:relative/dir?readonly=1&sync=0") as reader:
+        assert isinstance(reader, LmdbStore)
+        assert reader.multi_get("t", [b"k"]) == [b"lmdb:relative/dir"]
+        with pytest.raises(ValueError, match="read-only"):
+            reader.multi_put("t", [(b"k", b"v")])
+    with open_store(redis_url) as server:
+        assert isinstance(server, RedisStore)
+
+
+@pytest.mark.parametrize("uri", ["", "s3://bucket/x", "lmdb://host/x", "lmdb:", "ftp:x",
+                                 "postgres://h/db", "lmdb:x?verbose=1", "lmdb:x?sync=maybe"])
+def test_open_store_rejects_unknown_uris(uri: str) -> None:
+    with pytest.raises(ValueError, match=r"lmdb:///abs/path|unknown LMDB option"):
+        open_store(uri)
+
+
+def test_open_store_on_a_missing_read_only_directory(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable, match="cannot open LMDB"):
+        open_store(f"lmdb://{tmp_path}/missing?readonly=1")
+
+
+# --- LMDB: one directory, many store objects, threads and processes ---------------------------
+
+
+def test_lmdb_stores_on_one_directory_share_commits(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path) as writer, LmdbStore(tmp_path, readonly=True) as reader:
+        assert reader.multi_get("t", [b"k"]) == [None]  # the table is created after this read
+        writer.multi_put("t", [(b"k", b"1")])
+        writer.put_tiles("z", [(b"k", 0, b"", b"t")])
+        assert reader.multi_get("t", [b"k"]) == [b"1"]
+        assert reader.get_tiles("z", [b"k"], 0, 1) == [[(0, b"", b"t")]]
+        with pytest.raises(ValueError, match="read-only"):
+            reader.put_tiles("z", [(b"k", 0, b"", b"t")])
+    with LmdbStore(tmp_path, readonly=True) as reader:  # a fresh open sees the files
+        assert reader.multi_get("t", [b"k"]) == [b"1"]
+        with pytest.raises(ValueError, match="already open read-only"):
+            LmdbStore(tmp_path)
+
+
+def test_lmdb_concurrent_readers_see_whole_commits(tmp_path: Path) -> None:
+    keys = [b"k%d" % i for i in range(50)]
+    errors: list[str] = []
+    done = threading.Event()
+    with LmdbStore(tmp_path, sync=False) as store:
+        store.multi_put("t", [(key, b"0") for key in keys])
+
+        def read() -> None:
+            last = 0
+            with LmdbStore(tmp_path) as mine:  # another store object on the same directory
+                while not done.is_set():
+                    seen = {int(v or b"-1") for v in mine.multi_get("t", keys)}
+                    if len(seen) != 1 or min(seen) < last:
+                        errors.append(f"torn or stale read: {sorted(seen)} after {last}")
+                    last = min(seen)
+
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for thread in readers:
+            thread.start()
+        for version in range(1, 200):
+            store.multi_put("t", [(key, b"%d" % version) for key in keys])
+        done.set()
+        for thread in readers:
+            thread.join()
+        assert store.multi_get("t", keys[:1]) == [b"199"]
+    assert errors == []
+
+
+def test_lmdb_map_grows_when_full(tmp_path: Path) -> None:
+    value = b"x" * 100_000
+    with LmdbStore(tmp_path, map_size=1 << 20) as store:
+        store.multi_put("t", [(b"%d" % i, value) for i in range(80)])  # 8 MB into 1 MiB
+        store.put_tiles("z", [(b"k", i, b"", value) for i in range(40)])
+        assert store.multi_get("t", [b"0", b"79"]) == [value, value]
+        assert len(store.get_tiles("z", [b"k"], 0, 40)[0]) == 40
+
+
+def test_lmdb_another_process_writes_and_grows_the_map(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path, map_size=1 << 20) as reader:
+        reader.multi_put("t", [(b"mine", b"1")])
+        script = ("import sys; from timetile.online.lmdb_store import LmdbStore\n"
+                  "with LmdbStore(sys.argv[1], map_size=1 << 20) as s:\n"
+                  "    s.multi_put('t', [(b'%d' % i, b'y' * 100_000) for i in range(80)])\n")
+        root = str(Path(__file__).parents[2])
+        subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": root})
+        assert reader.multi_get("t", [b"mine", b"79"]) == [b"1", b"y" * 100_000]
+        reader.multi_put("t", [(b"after", b"2")])
+        assert reader.multi_get("t", [b"after"]) == [b"2"]
+
+
+def test_lmdb_key_size_limit(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path) as store:
+        top = store.max_key_size
+        store.multi_put("t", [(b"k" * top, b"v")])
+        assert store.multi_get("t", [b"k" * top, b"k" * (top + 1)]) == [b"v", None]
+        with pytest.raises(ValueError, match="LMDB keys"):
+            store.multi_put("t", [(b"k" * (top + 1), b"v")])
+        with pytest.raises(ValueError, match="LMDB keys"):
+            store.put_tiles("z", [(b"k" * (top - 10), 0, b"m", b"v")])
+        store.put_tiles("z", [(b"k" * (top - 11), 0, b"m", b"v")])
+        assert store.get_tiles("z", [b"k" * (top - 11), b"k" * top], 0, 1) == [
+            [(0, b"m", b"v")], []]

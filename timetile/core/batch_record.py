@@ -1,0 +1,215 @@
+"""The batch record: one key's state as of the end of a day, for online fetches (DESIGN §5).
+
+``upload`` writes one record per (GroupBy, key) as of ``day_end``; a fetch at any time
+``t`` in ``[day_end, day_end + slack)`` merges it with the events that arrived since
+(streaming tiles) and gets exactly what a backfill would give at ``t``. Per feature the part
+of its window before ``day_end``, ``[start(t), min(end(t), day_end))``, splits in two:
+
+- the **body**: the events no window start can pass before ``day_end + slack``,
+  ``[start(day_end + slack), end(day_end))``, collapsed into one aggregator state;
+- the **edge**: the events the window start slides over during the slack, and the last
+  partial hop of a hopping window, kept raw (per column, shared by the features of that
+  column), so a start or end at any millisecond is exact.
+
+A lifetime feature keeps everything before ``day_end`` in its body. A fetch after
+``day_end + slack`` is still answered, but the record no longer covers the window's start
+exactly: :meth:`BatchRecord.covers` says so and the fetcher flags the response.
+
+Size: one state per feature plus the raw events of each column's edges, at most one slack
+of events per distinct window length. Fetch cost: O(features + edge events + new events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from timetile.core.aggregators import Aggregator
+from timetile.core.aggregators.codec import decode, encode
+from timetile.core.timeutil import DAY_MS
+from timetile.core.types import ValueType
+from timetile.core.windows import WindowKind, window_bounds
+
+#: The first element of every encoded record; bump it when the layout changes.
+RECORD_VERSION = 1
+#: How long after ``day_end`` a record answers exactly: until the next daily upload.
+DEFAULT_SLACK_MS = DAY_MS
+
+#: A column's non-null values and their event times, sorted by time.
+Series = tuple[np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class OnlineFeature:
+    """One output column of a GroupBy, as the online side computes it.
+
+    Attributes:
+        name: the column name without any join-part prefix.
+        series: the values it reads: the aggregated column's name, or for a bucketed
+            feature ``"{column}/{bucket}"`` (see :func:`series_name`).
+        aggregator: the op (a ``Bucketed`` one for a bucketed feature).
+        window: (kind, length, hop) of the window.
+        value_type: the column's type.
+
+    """
+
+    name: str
+    series: str
+    aggregator: Aggregator[Any]
+    window: tuple[WindowKind, int | None, int | None]
+    value_type: ValueType
+
+    def interval(self, at: int) -> tuple[int, int]:
+        """Return the window ``[start, end)`` of a query at ``at``."""
+        starts, ends = window_bounds(np.array([at], dtype=np.int64), *self.window)
+        return int(starts[0]), int(ends[0])
+
+    def regions(self, day_end: int, slack: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Return the body ``[lo, hi)`` (empty when ``lo >= hi``) and the raw edge span."""
+        if self.window[0] is WindowKind.LIFETIME:
+            return (np.iinfo(np.int64).min, day_end), (day_end, day_end)
+        first_start, first_end = self.interval(day_end)
+        last_start, _ = self.interval(day_end + slack)
+        body = (max(last_start, first_start), first_end)
+        return body, (first_start, day_end)
+
+
+def series_name(column: str, bucket: str | None) -> str:
+    """Return the name of the values a feature reads: its column, or column and bucket."""
+    return column if bucket is None else f"{column}/{bucket}"
+
+
+def _in(times: np.ndarray, low: int, high: int) -> np.ndarray:
+    return (times >= low) & (times < high)
+
+
+def encode_series(values: np.ndarray, times: np.ndarray) -> tuple[str, bytes, Any]:
+    """Return a series as encodable parts: (kind, times, values); see :func:`decode_series`.
+
+    Numbers travel as little-endian arrays, other values as tuples; O(n).
+    """
+    kind = "bucketed" if values.dtype.names else values.dtype.str
+    return kind, times.astype("<i8").tobytes(), _encode_values(values)
+
+
+def decode_series(kind: str, times: bytes, values: Any, dtype: np.dtype[Any]) -> Series:
+    """Return the (values, times) that :func:`encode_series` encoded, values as ``dtype``."""
+    if kind == "bucketed":
+        array = np.empty(len(values), dtype=dtype)
+        if values:
+            array[:] = list(values)
+    elif isinstance(values, bytes):
+        array = np.frombuffer(values, dtype=kind).astype(dtype)
+    else:
+        array = np.array(values, dtype=dtype)
+    return array, np.frombuffer(times, dtype="<i8").astype(np.int64)
+
+
+def _encode_values(values: np.ndarray) -> Any:
+    if values.dtype.names:  # bucketed: (bucket, value) pairs
+        return tuple((str(b), v.item() if hasattr(v, "item") else v)
+                     for b, v in zip(values[values.dtype.names[0]],
+                                     values[values.dtype.names[1]], strict=True))
+    if values.dtype.kind in "if":
+        return values.astype(values.dtype.newbyteorder("<")).tobytes()
+    return tuple(v.item() if hasattr(v, "item") else v for v in values)
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A decoded batch record: body states per feature and raw edge events per series."""
+
+    day_end: int
+    slack: int
+    bodies: Mapping[str, tuple[int, int, Any]]  # feature name → (lo, hi, state)
+    edges: Mapping[str, Series]  # series → (values, times)
+
+    def covers(self, at: int) -> bool:
+        """Whether a fetch at ``at`` is exact from this record (plus what came since)."""
+        return self.day_end <= at < self.day_end + self.slack
+
+    def state(self, feature: OnlineFeature, at: int, recent: Series | None) -> Any:
+        """Return ``feature``'s state at ``at``: body, edge events and ``recent`` events.
+
+        ``recent`` holds the series' events since ``day_end`` (from streaming tiles).
+        """
+        aggregator = feature.aggregator
+        low, high = feature.interval(at)
+        state = aggregator.init()
+        body_low, body_high = 0, 0
+        body = self.bodies.get(feature.name)
+        if body is not None and body[0] < body[1] and low <= body[0] and body[1] <= high:
+            body_low, body_high, body_state = body
+            state = body_state
+        edge = self.edges.get(feature.series)
+        if edge is not None and len(edge[1]):
+            values, times = edge
+            keep = _in(times, low, min(high, self.day_end)) & ~_in(times, body_low, body_high)
+            if keep.any():
+                state = aggregator.update(state, values[keep], times[keep])
+        if recent is not None and len(recent[1]):
+            values, times = recent
+            keep = _in(times, max(low, self.day_end), high)
+            if keep.any():
+                state = aggregator.update(state, values[keep], times[keep])
+        return state
+
+
+def build_record(features: Sequence[OnlineFeature], columns: Mapping[str, Series],
+                 day_end: int, slack: int = DEFAULT_SLACK_MS) -> bytes:
+    """Encode the batch record of one key from its events before ``day_end``.
+
+    ``columns`` maps each feature's series to its non-null values and times (as the
+    feature's aggregator takes them); events at or after ``day_end`` must not be passed.
+    O(events).
+    """
+    bodies = []
+    edge_spans: dict[str, list[tuple[int, int, int, int]]] = {}
+    for feature in features:
+        values, times = columns[feature.series]
+        (body_low, body_high), edge = feature.regions(day_end, slack)
+        state = None
+        if body_low < body_high:
+            inside = _in(times, body_low, body_high)
+            state = feature.aggregator.to_bytes(
+                feature.aggregator.fold(values[inside], times[inside]))
+        bodies.append((feature.name, body_low, body_high, state))
+        edge_spans.setdefault(feature.series, []).append((*edge, body_low, body_high))
+    edges = []
+    for column, spans in edge_spans.items():
+        values, times = columns[column]
+        keep = np.zeros(len(times), dtype=bool)
+        for low, high, body_low, body_high in spans:
+            keep |= _in(times, low, high) & ~_in(times, body_low, body_high)
+        edges.append((column, *encode_series(values[keep], times[keep])))
+    return encode((RECORD_VERSION, day_end, slack, tuple(bodies), tuple(edges)))
+
+
+def read_record(data: bytes, features: Sequence[OnlineFeature],
+                value_types: Mapping[str, np.dtype[Any]]) -> BatchRecord:
+    """Decode a record written by :func:`build_record` for the same ``features``.
+
+    ``value_types`` maps each series to the dtype its aggregators take.
+
+    Raises:
+        ValueError: the bytes are not a record of this version.
+
+    """
+    decoded: Any = decode(data)
+    if not isinstance(decoded, tuple) or len(decoded) != 5 or decoded[0] != RECORD_VERSION:
+        raise ValueError("not a timetile batch record of version "
+                         f"{RECORD_VERSION}: re-run upload with this timetile version")
+    _, day_end, slack, raw_bodies, raw_edges = decoded
+    by_name = {feature.name: feature for feature in features}
+    bodies = {}
+    for name, low, high, state in raw_bodies:
+        feature = by_name.get(name)
+        if feature is not None and state is not None:
+            bodies[name] = (low, high, feature.aggregator.from_bytes(state))
+    edges: dict[str, Series] = {}
+    for series, kind, times, values in raw_edges:
+        edges[series] = decode_series(kind, times, values, value_types[series])
+    return BatchRecord(day_end, slack, bodies, edges)

@@ -1,0 +1,190 @@
+"""The Fetcher: a Join's features for many keys at one time, from a key-value store.
+
+For each part, one ``multi_get`` reads the batch records of every requested key and one
+``get_tiles`` the events streamed since the upload's day end; each feature then merges its
+record's body and edges with those events (:meth:`BatchRecord.state`) and finalizes, with
+the same aggregators the backfill runs (DESIGN §5). A key with no record and no events gets
+the empty-window values: count 0, everything else null. A record that no longer covers the
+fetch time (the next upload is late) still answers, and the result says so in ``stale``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from timetile.api.errors import DefinitionError
+from timetile.api.group_by import GroupBy
+from timetile.api.join import Join, JoinPart
+from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
+from timetile.online.layout import (
+    META_TABLE,
+    GroupByMeta,
+    as_of,
+    batch_table,
+    check_servable,
+    decode_events,
+    encode_key,
+    online_features,
+    series_dtypes,
+    tile_table,
+)
+from timetile.online.store import KVStore
+
+
+class NotUploadedError(LookupError):
+    """A GroupBy of the Join has never been uploaded to the store."""
+
+
+@dataclass
+class FetchResult:
+    """One requested row's features.
+
+    Attributes:
+        features: output column → value, named as ``backfill`` names them.
+        stale: the GroupBys whose batch record is older than its slack at the fetch time:
+            their values miss whatever the late upload would have corrected.
+
+    """
+
+    features: dict[str, Any]
+    stale: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Served:
+    """One GroupBy as the fetcher serves it."""
+
+    group_by: GroupBy
+    meta: GroupByMeta
+    features: tuple[OnlineFeature, ...]
+    dtypes: Mapping[str, np.dtype[Any]]
+
+
+class Fetcher:
+    """Fetch a Join's features from a store. Thread-safe; reuse one per Join.
+
+    Args:
+        join: the definition (the one ``upload`` ran).
+        store: where ``upload`` and the tile writers put the data.
+        clock: epoch milliseconds now, for fetches without ``at``.
+
+    Raises:
+        DefinitionError: a part cannot be served online (entity sources).
+        NotUploadedError: a GroupBy has no upload in the store.
+
+    """
+
+    def __init__(self, join: Join, store: KVStore,
+                 clock: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.join = join
+        self.store = store
+        self.clock = clock
+        self._served: dict[str, _Served] = {}
+        for index, part in enumerate(join.join_parts):
+            check_servable(part.group_by, f"parts[{index}]")
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the upload metadata (after a new daily upload)."""
+        group_bys = {part.group_by.name: part.group_by for part in self.join.join_parts}
+        names = list(group_bys)
+        metas = self.store.multi_get(META_TABLE, [name.encode() for name in names])
+        missing = [name for name, meta in zip(names, metas, strict=True) if meta is None]
+        if missing:
+            raise NotUploadedError(
+                f"GroupBy {', '.join(missing)} of Join {self.join.name!r} has no upload in "
+                f"this store. Fix: run `timetile upload` for it first")
+        served = {}
+        for name, data in zip(names, metas, strict=True):
+            assert data is not None
+            meta = GroupByMeta.from_bytes(data)
+            features = online_features(group_bys[name], meta.value_types)
+            served[name] = _Served(group_bys[name], meta, features, series_dtypes(features))
+        self._served = served
+
+    @property
+    def key_columns(self) -> list[str]:
+        """The left columns a request row must carry, in part order, each once."""
+        return list(dict.fromkeys(key for part in self.join.join_parts
+                                  for key in part.left_keys))
+
+    def fetch(self, rows: Sequence[Mapping[str, Any]], at: int | None = None
+              ) -> list[FetchResult]:
+        """Return the features of each row (a mapping holding :attr:`key_columns`) at ``at``.
+
+        ``at`` is epoch milliseconds, now by default. Cost: per part, one ``multi_get`` and
+        one ``get_tiles`` for all rows, then O(features + edge and new events) per row.
+
+        Raises:
+            DefinitionError: a row lacks a key column, or a key value has the wrong type.
+
+        """
+        at = self.clock() if at is None else at
+        results = [FetchResult({}) for _ in rows]
+        for part in self.join.join_parts:
+            self._fetch_part(part, rows, at, results)
+        return results
+
+    def _keys(self, part: JoinPart, rows: Sequence[Mapping[str, Any]],
+              meta: GroupByMeta) -> list[bytes]:
+        keys = []
+        for index, row in enumerate(rows):
+            missing = [column for column in part.left_keys if column not in row]
+            if missing:
+                raise DefinitionError.single(
+                    f"fetch of Join {self.join.name!r}", f"rows[{index}]",
+                    f"lacks the key column {', '.join(missing)}",
+                    f"give every row the key columns {', '.join(self.key_columns)}")
+            try:
+                keys.append(encode_key([row[column] for column in part.left_keys],
+                                       meta.key_types))
+            except ValueError as error:
+                raise DefinitionError.single(
+                    f"fetch of Join {self.join.name!r}", f"rows[{index}]", str(error),
+                    f"give {', '.join(part.left_keys)} as {', '.join(meta.key_types)}",
+                ) from None
+        return keys
+
+    def _fetch_part(self, part: JoinPart, rows: Sequence[Mapping[str, Any]], at: int,
+                    results: list[FetchResult]) -> None:
+        served = self._served[part.group_by.name]
+        meta, group_by = served.meta, part.group_by
+        keys = self._keys(part, rows, meta)
+        when = as_of(group_by, at)
+        records = self.store.multi_get(batch_table(group_by.name), keys)
+        tiles = self.store.get_tiles(tile_table(group_by.name), keys, meta.day_end, when + 1)
+        prefix = f"{part.prefix}_" if part.prefix else ""
+        empty = BatchRecord(meta.day_end, meta.slack, {}, {})
+        for result, data, key_tiles in zip(results, records, tiles, strict=True):
+            record = empty if data is None else read_record(data, served.features,
+                                                            served.dtypes)
+            if record.day_end != meta.day_end:  # the last upload found no event of this key
+                record = empty
+            if not record.covers(when):
+                result.stale.append(group_by.name)
+            recent = _recent(key_tiles, served.dtypes, record.day_end, when)
+            for feature in served.features:
+                state = record.state(feature, when, recent.get(feature.series))
+                result.features[prefix + feature.name] = feature.aggregator.finalize(state)
+
+
+def _recent(tiles: Sequence[tuple[int, bytes, bytes]], dtypes: Mapping[str, np.dtype[Any]],
+            since: int, until: int) -> dict[str, Series]:
+    """Gather the streamed events in ``[since, until)`` per series, sorted by time."""
+    parts: dict[str, list[Series]] = {}
+    for _, _, value in tiles:
+        for name, (values, times) in decode_events(value, dtypes).items():
+            keep = (times >= since) & (times < until)
+            parts.setdefault(name, []).append((values[keep], times[keep]))
+    merged = {}
+    for name, pieces in parts.items():
+        values = np.concatenate([values for values, _ in pieces])
+        times = np.concatenate([times for _, times in pieces])
+        order = np.argsort(times, kind="stable")
+        merged[name] = (values[order], times[order])
+    return merged

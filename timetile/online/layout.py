@@ -1,0 +1,177 @@
+"""How GroupBys live in a key-value store: tables, keys, metadata, records and tiles.
+
+Per GroupBy ``g``, a store holds:
+
+========================  ======================================================
+table ``tt_meta``         key ``g``: the upload's metadata (:class:`GroupByMeta`)
+table ``tt_batch.g``      key: the entity key (:func:`encode_key`); value: its batch
+                          record (:mod:`timetile.core.batch_record`)
+tiles ``tt_tiles.g``      per entity key, per tile start (:data:`TILE_MS`), per writer
+                          batch: that batch's events of that tile (:func:`encode_events`)
+========================  ======================================================
+
+The feature list is not stored: both sides rebuild it from the definition and the column
+types the upload recorded (:func:`online_features`), so a fetch runs exactly the aggregators
+the backfill runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from timetile.api.errors import DefinitionError
+from timetile.api.group_by import Accuracy, GroupBy
+from timetile.api.sources import EventSource
+from timetile.api.windows import window_spec
+from timetile.core.aggregators import Bucketed, make_aggregator
+from timetile.core.aggregators.bucketed import bucketed_dtype
+from timetile.core.aggregators.codec import decode, encode
+from timetile.core.batch_record import (
+    OnlineFeature,
+    Series,
+    decode_series,
+    encode_series,
+    series_name,
+)
+from timetile.core.timeutil import HOUR_MS
+from timetile.core.types import ValueType
+
+META_TABLE = "tt_meta"
+#: Streaming tiles span this long: a fetch reads the tiles since the batch record's day end.
+TILE_MS = HOUR_MS
+_META_VERSION = 1
+_TILE_VERSION = 1
+
+
+def batch_table(group_by: str) -> str:
+    """Return the table of a GroupBy's batch records."""
+    return f"tt_batch.{group_by}"
+
+
+def tile_table(group_by: str) -> str:
+    """Return the tile table of a GroupBy's streamed events."""
+    return f"tt_tiles.{group_by}"
+
+
+def check_servable(group_by: GroupBy, field: str = "group_by") -> None:
+    """Raise :class:`DefinitionError` unless the online side can serve ``group_by``."""
+    if not isinstance(group_by.source, EventSource):
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", f"{field}.source", "entity sources are not served "
+            "online yet", "serve GroupBys of event sources; backfill entity features offline")
+
+
+@dataclass(frozen=True)
+class GroupByMeta:
+    """What an upload records about a GroupBy, for fetchers.
+
+    Attributes:
+        day_end: the upload's as-of time: the end of its day ``ds``, epoch ms.
+        slack: how long after ``day_end`` its records answer exactly.
+        key_types: the coarse type of each key column, in key order.
+        value_types: the coarse type of each aggregated (or bucket) column.
+
+    """
+
+    day_end: int
+    slack: int
+    key_types: tuple[str, ...]
+    value_types: Mapping[str, str]
+
+    def to_bytes(self) -> bytes:
+        """Encode for the store."""
+        return encode((_META_VERSION, self.day_end, self.slack, self.key_types,
+                       tuple(sorted(self.value_types.items()))))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> GroupByMeta:
+        """Decode what :meth:`to_bytes` wrote.
+
+        Raises:
+            ValueError: the bytes are not metadata of this version.
+
+        """
+        decoded: Any = decode(data)
+        if not isinstance(decoded, tuple) or decoded[0] != _META_VERSION:
+            raise ValueError("not timetile upload metadata of this version: re-run upload")
+        _, day_end, slack, keys, values = decoded
+        return cls(day_end, slack, tuple(keys), dict(values))
+
+
+def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[OnlineFeature, ...]:
+    """Return the features of ``group_by`` as the online side computes them.
+
+    Names carry no join-part prefix; ``value_types`` gives each column's coarse type.
+    """
+    features = []
+    for aggregation in group_by.aggregations or ():
+        value_type = ValueType(value_types[aggregation.column])
+        for name, window, bucket in aggregation.outputs(group_by.name, None):
+            aggregator: Any = make_aggregator(aggregation.op, value_type, k=aggregation.k,
+                                              percentiles=aggregation.percentiles)
+            if bucket is not None:
+                aggregator = Bucketed(aggregator)
+            features.append(OnlineFeature(name, series_name(aggregation.column, bucket),
+                                          aggregator, window_spec(window), value_type))
+    return tuple(features)
+
+
+def series_dtypes(features: Sequence[OnlineFeature]) -> dict[str, np.dtype[Any]]:
+    """Return the numpy dtype of each series the features read."""
+    return {feature.series: (bucketed_dtype(feature.value_type) if "/" in feature.series
+                             else feature.value_type.numpy_dtype) for feature in features}
+
+
+def as_of(group_by: GroupBy, at: int) -> int:
+    """Return when ``group_by``'s windows end for a fetch at ``at`` (SNAPSHOT, periods)."""
+    if group_by.accuracy is Accuracy.SNAPSHOT:
+        at -= at % 86_400_000
+    source = group_by.source
+    if isinstance(source, EventSource) and source.period_ms is not None:
+        at -= at % source.period_ms
+    return at
+
+
+_KEY_CASTS = {"int": int, "float": float, "string": str, "bool": bool}
+
+
+def encode_key(values: Sequence[Any], key_types: Sequence[str]) -> bytes:
+    """Encode an entity key's values as store bytes, each cast to its column's type.
+
+    Raises:
+        ValueError: a value cannot be read as its key column's type.
+
+    >>> encode_key([7], ["int"]) == encode_key(["7"], ["int"])
+    True
+
+    """
+    cast: list[Any] = []
+    for value, kind in zip(values, key_types, strict=True):
+        if value is None:
+            cast.append(None)
+            continue
+        convert = _KEY_CASTS.get(kind, str)
+        try:
+            cast.append(convert(value.item() if hasattr(value, "item") else value))
+        except (TypeError, ValueError):
+            raise ValueError(f"{value!r} cannot be read as {kind}") from None
+    return encode(tuple(cast))
+
+
+def encode_events(series: Mapping[str, Series]) -> bytes:
+    """Encode one writer batch's events of one (key, tile): per series, values and times."""
+    return encode((_TILE_VERSION, tuple((name, *encode_series(values, times))
+                                        for name, (values, times) in series.items())))
+
+
+def decode_events(data: bytes, dtypes: Mapping[str, np.dtype[Any]]) -> dict[str, Series]:
+    """Decode :func:`encode_events`; series the features do not read are skipped."""
+    decoded: Any = decode(data)
+    if not isinstance(decoded, tuple) or decoded[0] != _TILE_VERSION:
+        raise ValueError("not a timetile tile of this version")
+    return {name: decode_series(kind, times, values, dtypes[name])
+            for name, kind, times, values in decoded[1] if name in dtypes}

@@ -1,0 +1,203 @@
+"""The server store: Redis, for production serving (DESIGN §5).
+
+Layout, per table and key (key names are binary-safe: the key's raw bytes go in as they are):
+
+- a record is a string ``tt:{table}:r:{key}``, read with one ``MGET`` and written with
+  pipelined ``SET`` in a ``MULTI``/``EXEC`` (a :meth:`RedisStore.multi_put` is atomic);
+- a key's tiles are a hash ``tt:{table}:t:{key}``, whose field is the tile start as 8 bytes
+  big-endian of ``start + 2**63`` (so negative starts sort first) followed by the member, and
+  whose value is the tile; plus a sorted set ``tt:{table}:z:{key}`` of the same fields scored
+  by tile start, for range reads. Fields of equal score sort bytewise, which is (tile start,
+  member) order.
+
+:meth:`RedisStore.get_tiles` costs two round trips for any number of keys: one pipeline of
+``ZRANGEBYSCORE``, then one of ``HMGET``. :meth:`RedisStore.put_tiles` is one pipeline, not a
+transaction: each hash field is written before its sorted-set entry, so a reader never sees
+an entry without its value, and a put cut short is completed by replaying it (entries are
+idempotent).
+
+Scores are doubles, exact for tile starts up to 2**53 ms (285,000 years); past that the
+range bounds are widened by the rounding and the exact filter runs on the client.
+
+Errors: a refused connection, a timeout (2 s by default) or a server still loading raise
+:class:`~timetile.online.store.StoreUnavailable` naming the URL (password hidden) and the
+fix. The parser is hiredis when it is installed (redis-py picks it itself).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import cast
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from timetile.online.store import KVStore, StoreUnavailable, Tile, check_table
+
+_SIGN = 1 << 63
+
+
+def _field(start: int, member: bytes) -> bytes:
+    """Return a tile's hash field: its start, order-preserving in 8 bytes, then the member."""
+    if not -_SIGN <= start < _SIGN:
+        raise ValueError(f"tile start {start} is outside the signed 64-bit range")
+    return (start + _SIGN).to_bytes(8, "big") + member
+
+
+def _nonempty(key: bytes) -> bytes:
+    """Return ``key``; raise ValueError when it is empty (no store accepts empty keys)."""
+    if not key:
+        raise ValueError("keys must not be empty")
+    return key
+
+
+def _redacted(url: str) -> str:
+    """Return ``url`` with its password replaced by ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+class RedisStore(KVStore):
+    """A :class:`~timetile.online.store.KVStore` on a Redis server.
+
+    Construction does not connect: the first call does (use :meth:`ping` to check).
+    Thread-safe: calls share a pool of connections. A dropped connection is retried twice
+    with a short backoff before :class:`~timetile.online.store.StoreUnavailable`.
+
+    Args:
+        url: ``redis://[[user]:password@]host:port/db``, ``rediss://...`` (TLS) or
+            ``unix:///path/to/socket?db=N``, as redis-py's ``from_url`` reads it.
+        timeout: seconds to connect and to wait for each reply.
+        max_connections: the connection pool's size; a thread takes one per call.
+
+    """
+
+    def __init__(self, url: str, *, timeout: float = 2.0, max_connections: int = 64) -> None:
+        self.url = url
+        self._pool: redis.ConnectionPool | None = redis.ConnectionPool.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout,
+            max_connections=max_connections, health_check_interval=30,
+            retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2))
+        self._client = redis.Redis(connection_pool=self._pool)
+
+    def __repr__(self) -> str:
+        return f"RedisStore({_redacted(self.url)!r})"
+
+    @contextmanager
+    def _guard(self) -> Iterator[redis.Redis]:
+        """Yield the client; turn connection errors and timeouts into StoreUnavailable."""
+        if self._pool is None:
+            raise StoreUnavailable(f"{self!r} is closed")
+        try:
+            yield self._client
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            raise StoreUnavailable(
+                f"Redis at {_redacted(self.url)} is unavailable ({error}): start redis-server "
+                "or check the URL") from error
+
+    def _name(self, table: str, kind: bytes, key: bytes) -> bytes:
+        return b"tt:" + check_table(table).encode() + kind + key
+
+    def multi_get(self, table: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Return each key's record, None where there is none: one ``MGET``."""
+        if not keys:
+            return []
+        prefix = self._name(table, b":r:", b"")
+        with self._guard() as client:
+            values = client.mget([prefix + key for key in keys])
+        return cast("list[bytes | None]", values)  # bytes: decode_responses is off
+
+    def multi_put(self, table: str, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Write (key, value) records: pipelined ``SET`` in one ``MULTI``/``EXEC``."""
+        prefix = self._name(table, b":r:", b"")
+        pairs = [(prefix + _nonempty(key), value) for key, value in items]
+        if not pairs:
+            return
+        with self._guard() as client:
+            pipe = client.pipeline(transaction=True)
+            for name, value in pairs:
+                pipe.set(name, value)
+            pipe.execute()
+
+    def put_tiles(self, table: str, items: Iterable[tuple[bytes, int, bytes, bytes]]) -> None:
+        """Write (key, tile start, member, value) entries: one pipeline, ``HSET`` + ``ZADD``.
+
+        One ``HSET`` and one ``ZADD`` per distinct key; the same (key, tile start, member)
+        replaces its value.
+        """
+        values: dict[bytes, dict[bytes, bytes]] = defaultdict(dict)
+        scores: dict[bytes, dict[bytes, int]] = defaultdict(dict)
+        for key, start, member, value in items:
+            field = _field(start, member)
+            values[_nonempty(key)][field] = value
+            scores[key][field] = start
+        if not values:
+            return
+        hashes = self._name(table, b":t:", b"")
+        zsets = self._name(table, b":z:", b"")
+        with self._guard() as client:
+            pipe = client.pipeline(transaction=False)
+            for key, fields in values.items():
+                pipe.hset(hashes + key, mapping=fields)  # type: ignore[arg-type]
+                pipe.zadd(zsets + key, scores[key])
+            pipe.execute()
+
+    def get_tiles(self, table: str, keys: Sequence[bytes], start: int,
+                  end: int) -> list[list[Tile]]:
+        """Return each key's tiles with ``start <= tile start < end``.
+
+        Sorted by (tile start, member). Two round trips for all keys: a pipeline of
+        ``ZRANGEBYSCORE`` (bounds inclusive, filtered exactly here), then one of ``HMGET``.
+        """
+        out: list[list[Tile]] = [[] for _ in keys]
+        start, end = max(start, -_SIGN), min(end, _SIGN)
+        if start >= end or not keys:
+            return out
+        hashes = self._name(table, b":t:", b"")
+        zsets = self._name(table, b":z:", b"")
+        low, high = _field(start, b""), _field(end - 1, b"")
+        with self._guard() as client:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.zrangebyscore(zsets + key, start, end)
+            found = [[field for field in fields if low <= field[:8] <= high]
+                     for fields in pipe.execute()]
+            pipe = client.pipeline(transaction=False)
+            for key, fields in zip(keys, found, strict=True):
+                if fields:
+                    pipe.hmget(hashes + key, fields)
+            values = iter(pipe.execute())
+        for tiles, fields in zip(out, found, strict=True):
+            if fields:
+                for field, value in zip(fields, next(values), strict=True):
+                    if value is not None:
+                        tiles.append((int.from_bytes(field[:8], "big") - _SIGN, field[8:], value))
+        return out
+
+    def ping(self) -> None:
+        """Raise :class:`~timetile.online.store.StoreUnavailable` unless the server answers."""
+        with self._guard() as client:
+            client.ping()
+
+    def flush(self) -> None:
+        """Delete every key of the URL's database (``FLUSHDB``), not only timetile's.
+
+        For tests and scratch servers only.
+        """
+        with self._guard() as client:
+            client.flushdb()
+
+    def close(self) -> None:
+        """Close the pool's connections; idempotent."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            self._client.close()
+            pool.disconnect()

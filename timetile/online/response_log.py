@@ -1,0 +1,258 @@
+"""The response log: every served row, as Parquet files a Spark job can read back (DESIGN §5).
+
+:meth:`ResponseLog.log` only appends the response to an in-memory queue, in O(1) and
+without waiting on disk: when the queue already holds ``queue_size`` rows, the response is
+dropped and counted instead. A background thread writes the queue out when it holds
+``max_rows`` rows, when its oldest row has waited ``max_seconds``, and at :meth:`close`.
+
+Files. One file per join per flush (more when a flush holds over ``max_rows`` rows of a join)::
+
+    {log_dir}/{join}/part-{written at, epoch ms, 13 digits}-{seq, 6 digits}.parquet
+
+A file is written under a hidden name (``.part-*.tmp``, which Spark skips) and then linked
+to its final name, so a reader never sees half a file; names sort by time. Read them with
+``spark.read.parquet(f"{log_dir}/{join}")`` (or ``pyarrow.parquet.read_table``).
+
+Schema (:data:`SCHEMA`), flat, one row per requested row:
+
+==============  ==================  ================================================
+column          type                what
+==============  ==================  ================================================
+request_id      string              the request's id (one request, many rows)
+join            string              the Join's name
+row_index       int32               the row's position in its request, from 0
+request_time    int64               the fetch time ``at``, epoch ms
+served_at       int64               when the response was logged, epoch ms
+keys            string              the row's key columns, a JSON object
+features        string              the features, a JSON object encoded as the HTTP
+                                    service encodes them (:mod:`timetile.online.jsonable`:
+                                    ``"NaN"``/``"Infinity"`` strings, maps as objects)
+stale           list<string>        the GroupBys whose batch record was late
+==============  ==================  ================================================
+
+Counters: :attr:`ResponseLog.written` and :attr:`ResponseLog.dropped` count rows (not
+requests); rows a failed write loses (a full disk) count as dropped and are logged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from timetile.online.fetcher import FetchResult
+from timetile.online.jsonable import dumps
+
+log = logging.getLogger(__name__)
+
+#: The columns of every log file, in order.
+SCHEMA = pa.schema([
+    ("request_id", pa.string()),
+    ("join", pa.string()),
+    ("row_index", pa.int32()),
+    ("request_time", pa.int64()),
+    ("served_at", pa.int64()),
+    ("keys", pa.string()),
+    ("features", pa.string()),
+    ("stale", pa.list_(pa.string())),
+])
+
+_JOIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One logged response, as queued: encoded to Parquet by the writer thread only."""
+
+    request_id: str
+    join: str
+    at: int
+    served_at: int
+    rows: Sequence[Mapping[str, Any]]
+    results: Sequence[FetchResult]
+    queued: float  # time.monotonic() when queued
+
+
+class ResponseLog:
+    """Log served responses to Parquet files in ``log_dir``, from a background thread.
+
+    Thread-safe: many request threads may call :meth:`log` at once. Use it as a context
+    manager, or call :meth:`close`, so the last rows are written.
+
+    Args:
+        log_dir: the directory of the files (created if missing).
+        max_rows: write when this many rows wait (also the most rows per file).
+        max_seconds: write when the oldest waiting row has waited this long.
+        queue_size: the most rows that may wait (being written included); past it,
+            :meth:`log` drops the response and counts it in :attr:`dropped`.
+        clock: epoch milliseconds now, for ``served_at`` and file names.
+
+    """
+
+    def __init__(self, log_dir: str | os.PathLike[str], *, max_rows: int = 10_000,
+                 max_seconds: float = 5.0, queue_size: int = 100_000,
+                 clock: Callable[[], int] = _now_ms) -> None:
+        if max_rows < 1 or queue_size < 1 or max_seconds <= 0:
+            raise ValueError("max_rows and queue_size must be at least 1, max_seconds above 0")
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.max_rows = max_rows
+        self.max_seconds = max_seconds
+        self.queue_size = queue_size
+        self._clock = clock
+        self._wake = threading.Condition(threading.Lock())
+        self._pending: list[_Entry] = []
+        self._pending_rows = 0
+        self._queued_rows = 0  # pending + being written: what queue_size bounds
+        self._written = 0
+        self._dropped = 0
+        self._closed = False
+        self._seq = itertools.count()
+        self._thread = threading.Thread(target=self._run, name="timetile-response-log",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def written(self) -> int:
+        """Rows written to files so far."""
+        return self._written
+
+    @property
+    def dropped(self) -> int:
+        """Rows dropped so far: the queue was full, or their write failed."""
+        return self._dropped
+
+    def log(self, request_id: str, join: str, at: int, rows: Sequence[Mapping[str, Any]],
+            results: Sequence[FetchResult]) -> bool:
+        """Queue one response; return False when it was dropped because the queue is full.
+
+        O(1): never encodes, never touches the disk, never waits for the writer. ``rows``
+        are logged as given (pass the key columns only) and must not change afterwards.
+
+        Raises:
+            ValueError: ``rows`` and ``results`` differ in length, or ``join`` is no name.
+            RuntimeError: the log is closed.
+
+        """
+        if len(rows) != len(results):
+            raise ValueError(f"{len(rows)} rows but {len(results)} results")
+        if not _JOIN_NAME.match(join):
+            raise ValueError(f"{join!r} is not a Join name")
+        entry = _Entry(request_id, join, at, self._clock(), rows, results, time.monotonic())
+        count = len(rows)
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("the response log is closed")
+            if self._queued_rows + count > self.queue_size:
+                self._dropped += count
+                return False
+            self._pending.append(entry)
+            self._pending_rows += count
+            self._queued_rows += count
+            if len(self._pending) == 1 or self._pending_rows >= self.max_rows:
+                self._wake.notify()
+        return True
+
+    def close(self) -> None:
+        """Write what is queued, then stop the writer thread. Idempotent."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+
+    def __enter__(self) -> ResponseLog:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+    # --- the writer thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and self._pending_rows < self.max_rows:
+                    if not self._pending:
+                        self._wake.wait()
+                        continue
+                    waited = time.monotonic() - self._pending[0].queued
+                    if waited >= self.max_seconds:
+                        break
+                    self._wake.wait(self.max_seconds - waited)
+                batch, self._pending, self._pending_rows = self._pending, [], 0
+                closing = self._closed
+            if batch:
+                self._flush(batch)
+            if closing:
+                return
+
+    def _flush(self, batch: list[_Entry]) -> None:
+        """Write ``batch``, one file per join and ``max_rows`` rows; count what it did."""
+        by_join: dict[str, list[_Entry]] = {}
+        for entry in batch:
+            by_join.setdefault(entry.join, []).append(entry)
+        for join, entries in by_join.items():
+            rows = sum(len(entry.rows) for entry in entries)
+            try:
+                table = _table(entries)
+                for offset in range(0, table.num_rows, self.max_rows):
+                    self._write(join, table.slice(offset, self.max_rows))
+            except Exception:
+                log.exception("the response log lost %d rows of %s", rows, join)
+                with self._wake:
+                    self._dropped += rows
+                    self._queued_rows -= rows
+                continue
+            with self._wake:
+                self._written += rows
+                self._queued_rows -= rows
+
+    def _write(self, join: str, table: pa.Table) -> Path:
+        """Write one file of ``join`` atomically; return its path."""
+        folder = self.log_dir / join
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = self._clock()
+        temporary = folder / f".part-{os.getpid()}-{threading.get_ident()}.tmp"
+        pq.write_table(table, temporary)
+        try:
+            while True:
+                path = folder / f"part-{stamp:013d}-{next(self._seq):06d}.parquet"
+                try:
+                    os.link(temporary, path)
+                except FileExistsError:  # another process wrote that name: take the next
+                    continue
+                return path
+        finally:
+            temporary.unlink()
+
+
+def _table(entries: Sequence[_Entry]) -> pa.Table:
+    """Return the log rows of ``entries`` as a table of :data:`SCHEMA`."""
+    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    for entry in entries:
+        for index, (row, result) in enumerate(zip(entry.rows, entry.results, strict=True)):
+            columns["request_id"].append(entry.request_id)
+            columns["join"].append(entry.join)
+            columns["row_index"].append(index)
+            columns["request_time"].append(entry.at)
+            columns["served_at"].append(entry.served_at)
+            columns["keys"].append(dumps(row))
+            columns["features"].append(dumps(result.features))
+            columns["stale"].append(list(result.stale))
+    return pa.table(columns, schema=SCHEMA)

@@ -1,0 +1,195 @@
+"""``upload``: a Spark job that writes each key's batch record as of the end of a day.
+
+For every GroupBy of a Join (or one GroupBy), the events before the end of day ``ds`` that
+any window can still reach are shuffled by key, and each key's record
+(:mod:`timetile.core.batch_record`) is built and written **by the executors**, in batches of
+``multi_put``: nothing but two counts comes back to the driver. The driver then writes the
+GroupBy's metadata, which fetchers read. Re-running for the same ``ds`` rewrites the same
+records: an upload never double counts.
+
+This is the one place the online package runs Spark: it reads sources exactly as the
+backfill does (``timetile.offline.sources``), so both sides see the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from timetile.api.errors import DefinitionError
+from timetile.api.group_by import GroupBy
+from timetile.api.join import Join
+from timetile.api.schema import group_by_problems
+from timetile.api.sources import EventSource
+from timetile.core.aggregators import bucketed_values
+from timetile.core.batch_record import DEFAULT_SLACK_MS, OnlineFeature, Series, build_record
+from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.core.windows import WindowKind
+from timetile.offline.sorted_groups import group_bounds, whole_groups
+from timetile.offline.sources import TIME, coarse_schema, load_events
+from timetile.online.layout import (
+    META_TABLE,
+    GroupByMeta,
+    batch_table,
+    check_servable,
+    encode_key,
+    online_features,
+)
+from timetile.online.store import open_store
+
+log = logging.getLogger(__name__)
+#: Records per ``multi_put`` from an executor.
+PUT_BATCH = 500
+
+
+@dataclass(frozen=True)
+class UploadReport:
+    """What an upload wrote, per GroupBy: ``{name: (keys, bytes)}``, and its day end."""
+
+    ds: str
+    day_end: int
+    written: dict[str, tuple[int, int]]
+
+
+def _group_bys(target: Join | GroupBy) -> list[GroupBy]:
+    if isinstance(target, GroupBy):
+        return [target]
+    return list({part.group_by.name: part.group_by for part in target.join_parts}.values())
+
+
+class _RecordWriter:
+    """Per partition: build each key's record and write them in batches.
+
+    Picklable: it holds names and features, never the definition (whose source may be a
+    DataFrame, which cannot travel to the executors).
+    """
+
+    def __init__(self, store_uri: str, group_by: GroupBy, features: Sequence[OnlineFeature],
+                 meta: GroupByMeta) -> None:
+        self.store_uri = store_uri
+        self.keys = list(group_by.keys)
+        self.table = batch_table(group_by.name)
+        self.features = tuple(features)
+        self.meta = meta
+
+    def _series(self, group: pa.Table) -> dict[str, Series]:
+        times = group.column(TIME).to_numpy().astype(np.int64)
+        series: dict[str, Series] = {}
+        for feature in self.features:
+            if feature.series in series:
+                continue
+            column, _, bucket = feature.series.partition("/")
+            valid = pc.is_valid(group.column(column))
+            if bucket:
+                valid = pc.and_(valid, pc.is_valid(group.column(bucket)))
+            mask = valid.to_numpy(zero_copy_only=False)
+            values = pc.filter(group.column(column), valid).to_numpy(zero_copy_only=False)
+            values = values.astype(feature.value_type.numpy_dtype)
+            if bucket:
+                buckets = pc.filter(group.column(bucket), valid).to_numpy(zero_copy_only=False)
+                values = bucketed_values(buckets, values, feature.value_type)
+            series[feature.series] = (values, times[mask])
+        return series
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Write the records of this partition's keys; yield (records, bytes) written."""
+        keys, table = self.keys, self.table
+        pending: list[tuple[bytes, bytes]] = []
+        written = size = 0
+        with open_store(self.store_uri) as store:
+            for whole in whole_groups(batches, keys):
+                for begin, end in group_bounds(whole, keys):
+                    group = whole.slice(begin, end - begin)
+                    group = group.take(pc.sort_indices(group, sort_keys=[(TIME, "ascending")]))
+                    record = build_record(self.features, self._series(group),
+                                          self.meta.day_end, self.meta.slack)
+                    key = encode_key([group.column(k)[0].as_py() for k in keys],
+                                     self.meta.key_types)
+                    pending.append((key, record))
+                    written, size = written + 1, size + len(record)
+                    if len(pending) >= PUT_BATCH:
+                        store.multi_put(table, pending)
+                        pending = []
+            if pending:
+                store.multi_put(table, pending)
+        yield pa.RecordBatch.from_pydict({"records": [written], "bytes": [size]})
+
+
+def _horizon(features: Sequence[OnlineFeature], day_end: int) -> int | None:
+    """Return the earliest event time any record needs; None when a feature is lifetime."""
+    if any(feature.window[0] is WindowKind.LIFETIME for feature in features):
+        return None
+    return min(feature.interval(day_end)[0] for feature in features)
+
+
+def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: str,
+                    *, slack_ms: int = DEFAULT_SLACK_MS, field: str = "group_by"
+                    ) -> tuple[int, int]:
+    """Upload one GroupBy's records as of the end of ``ds``; return (keys, bytes) written.
+
+    Raises:
+        DefinitionError: the GroupBy cannot be served, or does not fit its source's schema.
+
+    """
+    check_servable(group_by, field)
+    assert isinstance(group_by.source, EventSource)
+    frame = load_events(spark, group_by.source, f"{field}.source")
+    schema = coarse_schema(frame.drop(TIME))
+    problems = group_by_problems(group_by, schema, f"{field}.")
+    if problems:
+        raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
+    day_end = date_to_ms(ds) + DAY_MS
+    columns = sorted({a.column for a in group_by.aggregations or ()}
+                     | {b for a in group_by.aggregations or () for b in a.buckets or ()})
+    meta = GroupByMeta(day_end, slack_ms, tuple(schema[k] for k in group_by.keys),
+                       {column: schema[column] for column in columns})
+    features = online_features(group_by, meta.value_types)
+    usable = F.col(TIME).isNotNull() & (F.col(TIME) < day_end)
+    for key in group_by.keys:
+        usable &= F.col(key).isNotNull()
+    horizon = _horizon(features, day_end)
+    if horizon is not None:
+        usable &= F.col(TIME) >= horizon
+    events: DataFrame = frame.where(usable).select(*group_by.keys, TIME, *columns)
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
+    writer = _RecordWriter(store_uri, group_by, features, meta)
+    totals: Any = (events.repartition(partitions, *group_by.keys)
+                   .sortWithinPartitions(*group_by.keys)
+                   .mapInArrow(writer, "records long, bytes long")
+                   .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
+                   .first())
+    with open_store(store_uri) as store:  # after the records: a fetcher never sees a new
+        store.multi_put(META_TABLE, [(group_by.name.encode(), meta.to_bytes())])  # day early
+    keys, size = int(totals["records"] or 0), int(totals["bytes"] or 0)
+    log.info("uploaded %s: %s keys, %s bytes as of %s", group_by.name, f"{keys:,}",
+             f"{size:,}", ds)
+    return keys, size
+
+
+def upload(target: Join | GroupBy, spark: SparkSession, ds: str, store_uri: str,
+           *, slack_ms: int = DEFAULT_SLACK_MS) -> UploadReport:
+    """Write the batch records of every GroupBy of ``target`` as of the end of day ``ds``.
+
+    Args:
+        target: a Join (each of its GroupBys once) or one GroupBy.
+        spark: the session; the records are built and written by its executors.
+        ds: the day, ``YYYY-MM-DD`` (UTC): records hold the events before its end.
+        store_uri: where to write (see :func:`timetile.online.store.open_store`); the
+            executors open it too, so on a cluster it must be reachable from them (Redis).
+        slack_ms: how long after the end of ``ds`` the records answer exactly.
+
+    """
+    written = {}
+    for index, group_by in enumerate(_group_bys(target)):
+        field = "group_by" if isinstance(target, GroupBy) else f"parts[{index}].group_by"
+        written[group_by.name] = upload_group_by(group_by, spark, ds, store_uri,
+                                                 slack_ms=slack_ms, field=field)
+    return UploadReport(ds, date_to_ms(ds) + DAY_MS, written)
