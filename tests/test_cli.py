@@ -86,7 +86,8 @@ def test_version(runner: CliRunner) -> None:
     assert result.stdout.strip() == f"timetile {__version__}"
 
 
-@pytest.mark.parametrize("command", [[], ["backfill"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["backfill"], ["demo"], ["upload"], ["serve"],
+                                     ["fetch"]])
 def test_every_help_shows_an_example(runner: CliRunner, command: list[str]) -> None:
     result = runner.invoke(app, [*command, "--help"], env=ENV)
     assert result.exit_code == 0, result.output
@@ -251,3 +252,76 @@ def test_demo_runs_end_to_end(runner: CliRunner, spark: SparkSession, tmp_path: 
     frame = spark.read.parquet(str(output))
     assert "user_purchases_amount_sum_30d_hop1d" in frame.columns
     assert f"rows  {frame.count():,} " in out
+
+
+# --- online: upload, fetch, serve -------------------------------------------------------------
+
+
+def test_upload_then_fetch(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    store = f"lmdb:{tmp_path / 'store'}"
+    result = runner.invoke(app, ["upload", str(defs), "--ds", "2024-01-02", "--store", store],
+                           env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "upload user_views" in result.stdout  # the progress stage
+    assert "uploaded 1 GroupBy to lmdb:" in result.stdout
+    assert "as of the end of 2024-01-02" in result.stdout
+    assert "user_views │    2 │" in result.stdout  # keys 1 and 2
+
+    at = "2024-01-03T00:00:00Z"  # [q − 1d, q): 5.0 + 7.0; the view at q does not count
+    for when in (at, str(JAN_1 + 2 * DAY)):
+        result = runner.invoke(app, ["fetch", str(defs), "--store", store, "--key",
+                                     "user_id=1", "--at", when], env=ENV)
+        assert result.exit_code == 0, result.output
+        out = result.stdout
+        assert "tiny_model at 2024-01-03T00:00:00.000Z · user_id=1" in out
+        assert "user_views_duration_sum_1d 12 " in " ".join(out.replace("│", " ").split())
+        assert "[11, 10]" in out
+        assert "stale" not in out
+
+    result = runner.invoke(app, ["fetch", str(defs), "--store", store, "--key", "user_id=1",
+                                 "--at", "2024-01-06"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "stale" in result.stdout  # three days after the upload: flagged
+    assert "stale: user_views" in " ".join(result.stdout.split())
+
+
+def test_fetch_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    store = f"lmdb:{tmp_path / 'store'}"
+    fetch = ["fetch", str(defs), "--store", store]
+    stderr = error_of(runner, [*fetch, "--key", "user_id=1"])
+    assert "user_views of Join 'tiny_model' has no upload in this store" in stderr
+    assert f"Fix: run timetile upload {defs} --ds YYYY-MM-DD --store {store}" in stderr
+    result = runner.invoke(app, ["upload", str(defs), "--ds", "2024-01-02", "--store", store,
+                                 "--join", "tiny_model"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "--key user_id is missing" in error_of(runner, [*fetch, "--key", "seller_id=1"])
+    assert "Fix: give --key user_id=VALUE" in error_of(runner, [*fetch, "--key", "uid=1"])
+    assert "'x' cannot be read as int" in error_of(runner, [*fetch, "--key", "user_id=x"])
+    assert "is not NAME=VALUE" in error_of(runner, [*fetch, "--key", "user_id"])
+    stderr = error_of(runner, [*fetch, "--key", "user_id=1", "--at", "yesterday"])
+    assert "--at 'yesterday' is not a time" in stderr
+    stderr = error_of(runner, ["fetch", str(defs), "--store", "s3://bucket", "--key", "user_id=1"])
+    assert "--store: unknown store URI 's3://bucket'" in stderr
+
+
+def test_upload_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    upload = ["upload", str(defs), "--store", f"lmdb:{tmp_path / 'store'}"]
+    assert "--ds '2024-1-2' is not a date" in error_of(runner, [*upload, "--ds", "2024-1-2"])
+    stderr = error_of(runner, [*upload, "--ds", "2024-01-02", "--join", "nope"])
+    assert "no Join named 'nope'" in stderr
+    stderr = error_of(runner, ["upload", str(defs), "--ds", "2024-01-02", "--store",
+                               "redis://127.0.0.1:1/0"])
+    assert "The store cannot be reached" in stderr
+
+
+def test_serve_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    stderr = error_of(runner, ["serve", str(defs), "--store", "lmdb://host/path"])
+    assert "--store: unknown store URI 'lmdb://host/path'" in stderr
+    empty = tmp_path / "empty.py"
+    empty.write_text("import timetile as tt\n")
+    stderr = error_of(runner, ["serve", str(empty), "--store", f"lmdb:{tmp_path / 'store'}"])
+    assert "defines no tt.Join at module level" in stderr

@@ -1,4 +1,7 @@
-"""The ``timetile`` command line: ``backfill`` a definitions file, or run the ``demo``.
+"""The ``timetile`` command line: ``backfill``, ``demo``, and the online commands.
+
+``upload``, ``serve`` and ``fetch`` live in :mod:`timetile.cli_online`; what the commands
+share (errors, definitions files, the Spark session) in :mod:`timetile.cli_common`.
 
 Every command has ``--help`` with a worked example. User errors (a definition that cannot
 work, bad input under ``--strict``, a missing file, a bad date) print one paragraph in red
@@ -14,38 +17,41 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import runpy
-import sys
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import ArrayType, MapType, StructType
-from rich.console import Console
 
-from timetile import __version__
+from timetile import __version__, cli_online
 from timetile import demo as demo_data
-from timetile.api.errors import DefinitionError
 from timetile.api.join import Join
-from timetile.cli_render import print_report, print_rows, print_summary
+from timetile.cli_common import (
+    USAGE_ERROR,
+    CliError,
+    load_joins,
+    parse_day,
+    pick_join,
+    spark_session,
+    user_errors,
+)
+from timetile.cli_common import console as stdout_console
+from timetile.cli_render import print_features, print_report, print_rows, print_summary
+from timetile.core.timeutil import ms_to_iso
+from timetile.demo_serving import serve_demo_fetch
 from timetile.offline.backfill import AUTO, DEFAULT_EXECUTOR, EXECUTORS, BackfillJob
-from timetile.offline.report import BadInputError, JobReport
-from timetile.offline.session import local_session
+from timetile.offline.report import JobReport
 from timetile.progress import JobProgress
 
-#: The exit code of every user error.
-USAGE_ERROR = 2
+__all__ = ["USAGE_ERROR", "CliError", "app", "load_joins", "main", "parse_day", "pick_join",
+           "spark_session"]
 
 _BACKFILL_EXAMPLE = """\
 [bold]Example[/]
@@ -79,27 +85,15 @@ app = typer.Typer(
     "[bold]Example[/]\n\n"
     "  [cyan]timetile demo[/]       [dim]# generate data, backfill a model, show rows[/]\n"
     "  [cyan]timetile backfill examples/checkout_model.py \\\n"
-    "      --start 2024-02-01 --end 2024-02-29 --output out/checkout_model[/]\n\n"
+    "      --start 2024-02-01 --end 2024-02-29 --output out/checkout_model[/]\n"
+    "  [cyan]timetile upload examples/checkout_model.py --ds 2024-02-29 \\\n"
+    "      --store lmdb:timetile-demo/store[/]   [dim]# then: timetile serve / fetch[/]\n\n"
     "Run [cyan]timetile COMMAND --help[/] for each command's options and example.",
     rich_markup_mode="rich",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-
-_err = Console(stderr=True, soft_wrap=True)
-
-
-def _console() -> Console:
-    """Stdout: the terminal's width, or 160 columns in a log, where lines need not wrap."""
-    console = Console()
-    if console.is_terminal or "COLUMNS" in os.environ:
-        return console
-    return Console(width=160)
-
-
-class CliError(Exception):
-    """A user error: printed as one paragraph, exit code 2."""
 
 
 class OutputFormat(str, Enum):
@@ -123,94 +117,6 @@ def _main(
     """Point-in-time-correct windowed aggregations (ML features) on Apache Spark."""
 
 
-# --- errors ---------------------------------------------------------------------------------
-
-
-@contextmanager
-def _user_errors(debug: bool) -> Iterator[None]:
-    """Turn user errors into a red paragraph on stderr and exit code 2."""
-    try:
-        yield
-    except (CliError, DefinitionError, BadInputError, AnalysisException) as error:
-        if debug:
-            _err.print(traceback.format_exc(), markup=False, highlight=False)
-        _err.print(_describe(error), style="red", markup=False, highlight=False)
-        raise typer.Exit(USAGE_ERROR) from None
-
-
-def _describe(error: Exception) -> str:
-    if isinstance(error, DefinitionError):
-        return f"The definition cannot work. {error}"
-    if isinstance(error, BadInputError):
-        return f"Bad input (--strict): {error}"
-    if isinstance(error, AnalysisException):
-        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        return (f"Spark could not read an input: {first.rstrip('.')}. Fix: check the paths and "
-                "table names in the definitions (relative paths resolve against the current "
-                "directory); for the demo's definitions, run `timetile demo` first.")
-    return str(error)
-
-
-# --- inputs ---------------------------------------------------------------------------------
-
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-def parse_day(option: str, value: str) -> date:
-    """Parse a ``YYYY-MM-DD`` day; raise a :class:`CliError` naming the option if it is not."""
-    try:
-        if _DATE.match(value):
-            return date.fromisoformat(value)
-    except ValueError:
-        pass
-    raise CliError(f"{option} {value!r} is not a date. Fix: write YYYY-MM-DD, e.g. 2024-01-31.")
-
-
-def load_joins(path: Path) -> dict[str, Join]:
-    """Run a definitions file in a fresh namespace; its module-level Joins, by name.
-
-    The file's directory is on ``sys.path`` while it runs, so it can import its neighbours.
-    """
-    if not path.is_file():
-        raise CliError(f"{path} does not exist or is not a file. Fix: give the path of a Python "
-                       "file that defines a tt.Join.")
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)
-    try:
-        namespace = runpy.run_path(str(path), run_name="__timetile_defs__")
-    except DefinitionError:
-        raise
-    except Exception as error:
-        raise CliError(f"{path} failed to run: {type(error).__name__}: {error}. Fix: run it "
-                       "with python to see the whole traceback, or add --debug.") from error
-    finally:
-        sys.path.remove(folder)
-    joins: dict[str, Join] = {}
-    for value in namespace.values():
-        if isinstance(value, Join) and joins.get(value.name) is not value:
-            if value.name in joins:
-                raise CliError(f"{path} defines two different Joins named {value.name!r}. "
-                               "Fix: give each Join its own name.")
-            joins[value.name] = value
-    return joins
-
-
-def pick_join(path: Path, joins: dict[str, Join], name: str | None) -> Join:
-    """Pick the Join to run: the one named ``name``, or the only one."""
-    names = ", ".join(joins) or "none"
-    if name is not None:
-        if name not in joins:
-            raise CliError(f"{path} has no Join named {name!r}; it defines: {names}. "
-                           "Fix: pass one of those to --join.")
-        return joins[name]
-    if not joins:
-        raise CliError(f"{path} defines no tt.Join at module level. Fix: build one, e.g. "
-                       "checkout_model = tt.Join(name='checkout_model', left=..., parts=[...]).")
-    if len(joins) > 1:
-        raise CliError(f"{path} defines several Joins: {names}. Fix: pick one with --join NAME.")
-    return next(iter(joins.values()))
-
-
 def _check_output(output: str, overwrite: bool) -> None:
     local = "://" not in output and not output.startswith("file:")
     if local and Path(output).exists() and not overwrite:
@@ -219,27 +125,6 @@ def _check_output(output: str, overwrite: bool) -> None:
 
 
 # --- running --------------------------------------------------------------------------------
-
-
-@contextmanager
-def spark_session(progress: JobProgress) -> Iterator[SparkSession]:
-    """Use the active session (spark-submit, notebook, tests), or a local one stopped at the end."""
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        progress.attach(active)
-        yield active
-        return
-    with progress.stage("start Spark"):
-        # Under spark-submit the JVM is already up with the cluster's configuration: take it
-        # rather than forcing the embedded local master.
-        submitted = "PYSPARK_GATEWAY_PORT" in os.environ
-        spark = SparkSession.builder.getOrCreate() if submitted else local_session()
-    progress.attach(spark)
-    try:
-        yield spark
-    finally:
-        progress.detach()
-        spark.stop()
 
 
 def writable(frame: DataFrame, output_format: OutputFormat) -> DataFrame:
@@ -323,8 +208,8 @@ def backfill(
     (part, aggregation, window). Then the job report: rows read per source, rows left
     out and why, and the time of each stage.
     """
-    console = _console()
-    with _user_errors(debug):
+    console = stdout_console()
+    with user_errors(debug):
         first, last = parse_day("--start", start), parse_day("--end", end)
         if first > last:
             raise CliError(f"--start {start} is after --end {end}. Fix: give start <= end.")
@@ -360,12 +245,14 @@ def demo(
 ) -> None:
     """Generate a marketplace dataset, backfill a checkout model on it, show the result.
 
-    Writes users, listings, views, purchases and checkouts (with a few duplicate rows and
-    rows without a time) as Parquet, computed by Spark from spark.range so it scales, then
-    backfills the features of examples/checkout_model.py for February 2024 on local Spark.
+    Writes users, listings, views, purchases, checkouts (with a few duplicate rows and
+    rows without a time) and listing ratings as Parquet, computed by Spark from spark.range
+    so it scales; backfills the features of examples/checkout_model.py for February 2024 on
+    local Spark; then uploads the state as of 2024-02-29 to an embedded store, streams the
+    next morning's events into it and fetches one row's features at noon, online.
     """
-    console = _console()
-    with _user_errors(debug):
+    console = stdout_console()
+    with user_errors(debug):
         try:
             definitions = demo_data.example_path()
         except FileNotFoundError as error:
@@ -382,10 +269,23 @@ def demo(
                                   output_format=OutputFormat.parquet, strict=False,
                                   overwrite=True)
             sample = result.output.limit(show).collect() if show else []
+            asked = [{key: row[key] for key in ("user_id", "seller_id")} for row in sample[:1]]
+            with progress.stage(f"upload the state as of {demo_data.SERVE_DS}, stream the "
+                                "next morning, fetch online"):
+                served = serve_demo_fetch(spark, chosen, data_dir, demo_data.SERVE_DS,
+                                          asked or [{"user_id": 0, "seller_id": 0}])
         seconds = time.perf_counter() - began
         print_report(console, result.report, str(target), result.rows)
         if sample:
             print_rows(console, sample, f"{len(sample)} sample rows of {chosen.name}")
+        fetched = served.results[0]
+        agreement = (f"equal to a backfill at that millisecond for all {len(fetched.features)} "
+                     "features" if not served.mismatches else
+                     f"DIFFERENT from the backfill for {', '.join(served.mismatches)}")
+        print_features(console, fetched.features, set(), stale=fetched.stale, title=(
+            f"served online from {served.store_uri} at {ms_to_iso(served.at)} for "
+            f"{served.rows[0]}: the upload as of {demo_data.SERVE_DS} plus "
+            f"{served.streamed:,} streamed events, {agreement}"))
         print_summary(console, chosen, result.report, rows=result.rows, seconds=seconds,
                       definitions=definitions, output=target)
 
@@ -401,6 +301,9 @@ def _environment(name: str, value: str) -> Iterator[None]:
             del os.environ[name]
         else:
             os.environ[name] = previous
+
+
+cli_online.register(app)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -162,3 +162,40 @@ def print_summary(console: Console, join: Join, report: JobReport, *, rows: int,
         body.append(value + ("\n" if index < len(lines) - 1 else ""))
     console.print()
     console.print(Panel(body, title=f"timetile demo: {join.name}", expand=False))
+
+
+def print_upload(console: Console, written: dict[str, tuple[int, int]], *, store: str, ds: str,
+                 seconds: float) -> None:
+    """Print what ``upload`` wrote: keys and bytes per GroupBy."""
+    table = Table(show_edge=False)
+    table.add_column("group_by")
+    table.add_column("keys", justify="right")
+    table.add_column("bytes", justify="right")
+    for name, (keys, size) in written.items():
+        table.add_row(name, f"{keys:,}", f"{size:,}")
+    console.print()
+    console.print(table)
+    noun = "GroupBy" if len(written) == 1 else "GroupBys"
+    console.print(Text.assemble("uploaded ", (f"{len(written)}", "bold"), f" {noun} to ",
+                                (store, "bold"), f" as of the end of {ds} in {seconds:.1f}s"))
+
+
+def print_features(console: Console, features: dict[str, Any], stale_columns: set[str], *,
+                   title: str, stale: Sequence[str]) -> None:
+    """Print one row's features, one line each; the columns of stale GroupBys flagged."""
+    table = Table(show_edge=False)
+    table.add_column("feature", style="cyan", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    if stale:
+        table.add_column("")
+    for name, value in features.items():
+        flag = [Text("stale", style="yellow")] if name in stale_columns else []
+        table.add_row(name, format_value(value), *flag)
+    console.print()
+    console.print(Text(title, style="bold"))
+    console.print(table)
+    if stale:
+        console.print(Text(
+            f"stale: {', '.join(stale)}: the last upload no longer covers this time, so these "
+            "values miss what the next upload adds. Fix: run timetile upload with a later "
+            "--ds.", style="yellow"))

@@ -42,6 +42,8 @@ DAYS = 60
 #: The days the demo backfills: the last month, so the 30-day windows have full history.
 BACKFILL_START = "2024-02-01"
 BACKFILL_END = "2024-02-29"
+#: The day whose state the demo uploads: it then streams the last day's morning and fetches.
+SERVE_DS = "2024-02-28"
 #: The demo definitions, relative to the repository root.
 
 _START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z

@@ -19,10 +19,12 @@ from pyspark.sql import SparkSession
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.offline.backfill import backfill
 from timetile.online.fetcher import Fetcher, FetchResult
 from timetile.online.store import open_store
 from timetile.online.tiles import put_events
 from timetile.online.upload import UploadReport, upload
+from timetile.testing.compare import same_value
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class DemoFetch:
     at: int
     rows: list[dict[str, Any]]
     results: list[FetchResult]
+    mismatches: list[str]
+    """Features whose served value differs from the backfill's at the same time (none)."""
 
 
 def serve_demo_fetch(spark: SparkSession, join: Join, data_dir: Path, ds: str,
@@ -63,4 +67,17 @@ def serve_demo_fetch(spark: SparkSession, join: Join, data_dir: Path, ds: str,
                                             pc.less(times, at)))
             streamed += put_events(store, group_by, morning, f"demo-{ds}").written
         results = Fetcher(join, store).fetch(keys, at=at)
-    return DemoFetch(store_uri, uploaded, streamed, at, keys, results)
+    return DemoFetch(store_uri, uploaded, streamed, at, keys, results,
+                     _check(spark, join, keys[0], at, results[0]))
+
+
+def _check(spark: SparkSession, join: Join, key: dict[str, Any], at: int,
+           served: FetchResult) -> list[str]:
+    """Backfill the fetched row at the same millisecond; list the features that differ."""
+    columns = list(key)
+    left = spark.createDataFrame([(*key.values(), at)], [*columns, "ts"])
+    offline = backfill(Join(join.name, EventSource(left, time_column="ts"), join.parts),
+                       spark).first()
+    assert offline is not None
+    return [name for name, value in served.features.items()
+            if not same_value(value, offline[name])]

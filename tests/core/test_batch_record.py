@@ -1,9 +1,10 @@
 """The batch record plus the events since equals brute force, for every op and window kind.
 
-Fewer than 200 values in all keeps the sketches exact (KLL below k, HLL in its list modes),
-so approximate ops are compared exactly too. A record built at ``day_end`` must answer a fetch at any millisecond of the slack exactly as
+A record built at ``day_end`` must answer a fetch at any millisecond of the slack exactly as
 folding every event in the window would: bodies, edges and recent events never overlap and
-never miss an event, at hop boundaries, at exactly ``start(t)`` and at exactly ``t``.
+never miss an event, at hop boundaries, at exactly ``start(t)`` and at exactly ``t``. Fewer
+than 200 values in all keep the sketches exact (KLL below k, HLL in its list modes), so
+approximate ops are compared exactly too.
 """
 
 from __future__ import annotations

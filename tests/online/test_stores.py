@@ -310,3 +310,24 @@ def test_lmdb_key_size_limit(tmp_path: Path) -> None:
         store.put_tiles("z", [(b"k" * (top - 11), 0, b"m", b"v")])
         assert store.get_tiles("z", [b"k" * (top - 11), b"k" * top], 0, 1) == [
             [(0, b"m", b"v")], []]
+
+
+def test_lmdb_in_a_forked_child_says_to_open_after_forking(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path) as parent:
+        parent.multi_put("t", [(b"k", b"v")])
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report the error's message, then leave at once
+            try:
+                LmdbStore(tmp_path)
+                message = b"opened"
+            except StoreUnavailable as error:
+                message = str(error).encode()
+            os.write(write, message)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            message = pipe.read()
+        os.waitpid(pid, 0)
+        assert b"open stores after forking" in message
+        assert parent.multi_get("t", [b"k"]) == [b"v"]

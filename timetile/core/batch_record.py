@@ -31,7 +31,7 @@ from timetile.core.aggregators import Aggregator
 from timetile.core.aggregators.codec import decode, encode
 from timetile.core.timeutil import DAY_MS
 from timetile.core.types import ValueType
-from timetile.core.windows import WindowKind, window_bounds
+from timetile.core.windows import WindowKind, window_interval
 
 #: The first element of every encoded record; bump it when the layout changes.
 RECORD_VERSION = 1
@@ -64,8 +64,7 @@ class OnlineFeature:
 
     def interval(self, at: int) -> tuple[int, int]:
         """Return the window ``[start, end)`` of a query at ``at``."""
-        starts, ends = window_bounds(np.array([at], dtype=np.int64), *self.window)
-        return int(starts[0]), int(ends[0])
+        return window_interval(at, *self.window)
 
     def regions(self, day_end: int, slack: int) -> tuple[tuple[int, int], tuple[int, int]]:
         """Return the body ``[lo, hi)`` (empty when ``lo >= hi``) and the raw edge span."""
@@ -136,26 +135,58 @@ class BatchRecord:
 
         ``recent`` holds the series' events since ``day_end`` (from streaming tiles).
         """
-        aggregator = feature.aggregator
+        return self.states([feature], at, {} if recent is None else {feature.series: recent})[0]
+
+    def states(self, features: Sequence[OnlineFeature], at: int,
+               recent: Mapping[str, Series]) -> list[Any]:
+        """Return every feature's state at ``at`` (see :meth:`state`).
+
+        Features that read the same series over the same window share one selection of
+        events: the masks are computed once per (series, window), not once per op.
+        """
+        selections: dict[tuple[str, Any], tuple[bool, Series | None]] = {}
+        states = []
+        for feature in features:
+            group = (feature.series, feature.window)
+            selection = selections.get(group)
+            if selection is None:
+                selection = self._select(feature, at, recent.get(feature.series))
+                selections[group] = selection
+            use_body, events = selection
+            aggregator = feature.aggregator
+            body = self.bodies.get(feature.name) if use_body else None
+            state = aggregator.init() if body is None else body[2]
+            if events is not None:
+                state = aggregator.update(state, *events)
+            states.append(state)
+        return states
+
+    def _select(self, feature: OnlineFeature, at: int,
+                recent: Series | None) -> tuple[bool, Series | None]:
+        """Whether the body applies at ``at``, and the edge and recent events to fold."""
         low, high = feature.interval(at)
-        state = aggregator.init()
-        body_low, body_high = 0, 0
-        body = self.bodies.get(feature.name)
-        if body is not None and body[0] < body[1] and low <= body[0] and body[1] <= high:
-            body_low, body_high, body_state = body
-            state = body_state
+        (body_low, body_high), _ = feature.regions(self.day_end, self.slack)
+        use_body = body_low < body_high and low <= body_low and body_high <= high
+        pieces = []
         edge = self.edges.get(feature.series)
         if edge is not None and len(edge[1]):
             values, times = edge
-            keep = _in(times, low, min(high, self.day_end)) & ~_in(times, body_low, body_high)
+            keep = _in(times, low, min(high, self.day_end))
+            if use_body:
+                keep &= ~_in(times, body_low, body_high)
             if keep.any():
-                state = aggregator.update(state, values[keep], times[keep])
+                pieces.append((values[keep], times[keep]))
         if recent is not None and len(recent[1]):
             values, times = recent
             keep = _in(times, max(low, self.day_end), high)
             if keep.any():
-                state = aggregator.update(state, values[keep], times[keep])
-        return state
+                pieces.append((values[keep], times[keep]))
+        if not pieces:
+            return use_body, None
+        if len(pieces) == 1:
+            return use_body, pieces[0]
+        return use_body, (np.concatenate([pieces[0][0], pieces[1][0]]),
+                          np.concatenate([pieces[0][1], pieces[1][1]]))
 
 
 def build_record(features: Sequence[OnlineFeature], columns: Mapping[str, Series],

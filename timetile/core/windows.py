@@ -32,6 +32,29 @@ class WindowKind(Enum):
     LIFETIME = "lifetime"
 
 
+def window_interval(at: int, kind: WindowKind, length_ms: int | None,
+                    hop_ms: int | None) -> tuple[int, int]:
+    """Return the window ``[start, end)`` of one query time, in plain integer arithmetic.
+
+    :func:`window_bounds` for a scalar: the online fetcher calls it per feature.
+
+    >>> window_interval(10_650, WindowKind.HOPPING, 1_000, 300)
+    (9600, 10500)
+    """
+    if kind is WindowKind.LIFETIME:
+        return int(MIN_TIME), at
+    if length_ms is None:
+        raise ValueError(f"a {kind.value} window needs a length")
+    if kind is WindowKind.SLIDING:
+        return at - length_ms, at
+    if hop_ms is None:
+        raise ValueError(f"a {kind.value} window needs a hop")
+    start = (at - length_ms) - (at - length_ms) % hop_ms
+    if kind is WindowKind.SAWTOOTH:
+        return start, at
+    return start, at - at % hop_ms
+
+
 def window_bounds(
     query_times: npt.NDArray[np.int64],
     kind: WindowKind,

@@ -10,7 +10,9 @@ fetch time (the next upload is late) still answers, and the result says so in ``
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +26,7 @@ from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_
 from timetile.online.layout import (
     META_TABLE,
     GroupByMeta,
+    KeyValueError,
     as_of,
     batch_table,
     check_servable,
@@ -34,6 +37,33 @@ from timetile.online.layout import (
     tile_table,
 )
 from timetile.online.store import KVStore
+
+#: Decoded records and tiles kept per fetcher: they never change until the next upload (a
+#: new record is new bytes), so fetches of hot keys skip decoding.
+CACHE_ENTRIES = 100_000
+
+
+class _DecodeCache:
+    """Bytes → their decoded value, least recently used out first. Thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[bytes, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, data: bytes, decode: Callable[[bytes], Any]) -> Any:
+        """Return the decoded ``data``, decoding it once."""
+        with self._lock:
+            value = self._items.get(data)
+            if value is not None:
+                self._items.move_to_end(data)
+                return value
+        value = decode(data)
+        with self._lock:
+            self._items[data] = value
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return value
 
 
 class NotUploadedError(LookupError):
@@ -85,6 +115,8 @@ class Fetcher:
         self.store = store
         self.clock = clock
         self._served: dict[str, _Served] = {}
+        self._records = _DecodeCache(CACHE_ENTRIES)
+        self._tiles = _DecodeCache(CACHE_ENTRIES)
         for index, part in enumerate(join.join_parts):
             check_servable(part.group_by, f"parts[{index}]")
         self.refresh()
@@ -143,10 +175,11 @@ class Fetcher:
             try:
                 keys.append(encode_key([row[column] for column in part.left_keys],
                                        meta.key_types))
-            except ValueError as error:
+            except KeyValueError as error:
+                column = part.left_keys[error.index]
                 raise DefinitionError.single(
-                    f"fetch of Join {self.join.name!r}", f"rows[{index}]", str(error),
-                    f"give {', '.join(part.left_keys)} as {', '.join(meta.key_types)}",
+                    f"fetch of Join {self.join.name!r}", f"rows[{index}].{column}", str(error),
+                    f"give {column} as {meta.key_types[error.index]}",
                 ) from None
         return keys
 
@@ -161,28 +194,32 @@ class Fetcher:
         prefix = f"{part.prefix}_" if part.prefix else ""
         empty = BatchRecord(meta.day_end, meta.slack, {}, {})
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
-            record = empty if data is None else read_record(data, served.features,
-                                                            served.dtypes)
+            record = empty if data is None else self._records.get(
+                data, lambda raw: read_record(raw, served.features, served.dtypes))
             if record.day_end != meta.day_end:  # the last upload found no event of this key
                 record = empty
-            if not record.covers(when):
+            if not record.covers(when) and group_by.name not in result.stale:
                 result.stale.append(group_by.name)
-            recent = _recent(key_tiles, served.dtypes, record.day_end, when)
-            for feature in served.features:
-                state = record.state(feature, when, recent.get(feature.series))
+            recent = _recent([self._tiles.get(value, lambda raw: decode_events(
+                raw, served.dtypes)) for _, _, value in key_tiles], record.day_end, when)
+            states = record.states(served.features, when, recent)
+            for feature, state in zip(served.features, states, strict=True):
                 result.features[prefix + feature.name] = feature.aggregator.finalize(state)
 
 
-def _recent(tiles: Sequence[tuple[int, bytes, bytes]], dtypes: Mapping[str, np.dtype[Any]],
-            since: int, until: int) -> dict[str, Series]:
+def _recent(tiles: Sequence[Mapping[str, Series]], since: int, until: int
+            ) -> dict[str, Series]:
     """Gather the streamed events in ``[since, until)`` per series, sorted by time."""
     parts: dict[str, list[Series]] = {}
-    for _, _, value in tiles:
-        for name, (values, times) in decode_events(value, dtypes).items():
+    for tile in tiles:
+        for name, (values, times) in tile.items():
             keep = (times >= since) & (times < until)
             parts.setdefault(name, []).append((values[keep], times[keep]))
     merged = {}
     for name, pieces in parts.items():
+        if len(pieces) == 1:  # one tile: already in time order
+            merged[name] = pieces[0]
+            continue
         values = np.concatenate([values for values, _ in pieces])
         times = np.concatenate([times for _, times in pieces])
         order = np.argsort(times, kind="stable")

@@ -32,12 +32,12 @@ NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 def to_json_value(value: Any) -> Any:
     """Return ``value`` as plain JSON types (see the module docstring); O(size of value)."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else NON_FINITE[repr(value)]
     if isinstance(value, np.generic):
-        return to_json_value(value.item())
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return NON_FINITE[repr(value)]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
     if isinstance(value, Mapping):
         return {_key(key): to_json_value(item) for key, item in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):

@@ -136,30 +136,73 @@ def as_of(group_by: GroupBy, at: int) -> int:
     return at
 
 
-_KEY_CASTS = {"int": int, "float": float, "string": str, "bool": bool}
+def _cast_key(value: Any, kind: str) -> Any:
+    """Return a key value as its column's type, refusing lossy readings.
+
+    Raises:
+        ValueError: the value cannot be read as ``kind``.
+
+    """
+    if hasattr(value, "item"):  # a numpy scalar
+        value = value.item()
+    if kind == "int":
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is a boolean, not an int")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-")
+                                      .isdigit()):
+            return int(value)
+        raise ValueError(f"{value!r} cannot be read as int")
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ValueError(f"{value!r} cannot be read as bool")
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"{value!r} cannot be read as float")
+        return float(value)
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError(f"{value!r} cannot be read as {kind}")
+
+
+class KeyValueError(ValueError):
+    """A key value that cannot be read as its column's type; ``index`` says which column."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 def encode_key(values: Sequence[Any], key_types: Sequence[str]) -> bytes:
     """Encode an entity key's values as store bytes, each cast to its column's type.
 
-    Raises:
-        ValueError: a value cannot be read as its key column's type.
+    Ints accept integral numbers and digit strings (never booleans), bools accept
+    ``true``/``false``, strings accept strings and ints: nothing lossy is read.
 
-    >>> encode_key([7], ["int"]) == encode_key(["7"], ["int"])
+    >>> encode_key([7], ["int"]) == encode_key(["7"], ["int"]) == encode_key([7.0], ["int"])
     True
 
+    Raises:
+        KeyValueError: a value cannot be read as its key column's type (its ``index``
+            names the column's position).
+
     """
-    cast: list[Any] = []
-    for value, kind in zip(values, key_types, strict=True):
-        if value is None:
-            cast.append(None)
-            continue
-        convert = _KEY_CASTS.get(kind, str)
-        try:
-            cast.append(convert(value.item() if hasattr(value, "item") else value))
-        except (TypeError, ValueError):
-            raise ValueError(f"{value!r} cannot be read as {kind}") from None
-    return encode(tuple(cast))
+    return encode(tuple(_cast_at(index, value, kind) for index, (value, kind)
+                        in enumerate(zip(values, key_types, strict=True))))
+
+
+def _cast_at(index: int, value: Any, kind: str) -> Any:
+    """Return the key column ``index``'s value cast (None stays None), or raise naming it."""
+    if value is None:
+        return None
+    try:
+        return _cast_key(value, kind)
+    except ValueError as error:
+        raise KeyValueError(index, str(error)) from None
 
 
 def encode_events(series: Mapping[str, Series]) -> bytes:

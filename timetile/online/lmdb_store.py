@@ -16,7 +16,10 @@ directory (a lock in ``lock.mdb``); a second writer, say another Spark executor,
 the first to commit. So many processes may open one directory (executors writing while a
 server reads), but writes do not run in parallel: keep write transactions short and batch
 them (one :meth:`LmdbStore.multi_put` per partition chunk, not one per record). Open the
-store in the process that uses it, never before a ``fork()``.
+store in the process that uses it: a child forked from a process that has the directory open
+cannot open it (py-lmdb refuses, and LMDB forbids using the parent's handle), so fork first
+or start workers with ``spawn``. Spark's Python workers are forked from a daemon that opens
+nothing, so executors are fine.
 
 Map size. LMDB maps the whole database into virtual memory, up to ``map_size``. The default,
 64 GiB, costs address space only (the file grows with the data). When a write still finds
@@ -79,7 +82,8 @@ class _Env:
         self.readonly = readonly
         self.users = 0
         self.env = lmdb.open(path, map_size=map_size, readonly=readonly, sync=sync,
-                             lock=True, max_dbs=1024, subdir=True, create=not readonly)
+                             lock=True, max_dbs=1024, max_readers=512, subdir=True,
+                             create=not readonly)
         self._cond = threading.Condition()
         self._open_lock = threading.Lock()  # mdb_dbi_open is not thread-safe
         self._active = 0
@@ -188,6 +192,11 @@ def _acquire(path: str, *, map_size: int, readonly: bool, sync: bool) -> _Env:
     with _ENVS_LOCK:
         shared = _ENVS.get((os.getpid(), real))
         if shared is None:
+            if any(other == real for _, other in _ENVS):
+                raise StoreUnavailable(
+                    f"LMDB at {path} was opened before this process forked, and LMDB cannot "
+                    "open it again in the child: open stores after forking (or start "
+                    "processes with the 'spawn' method)")
             try:
                 if not readonly:
                     os.makedirs(real, exist_ok=True)

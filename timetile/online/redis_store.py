@@ -108,9 +108,9 @@ class RedisStore(KVStore):
 
     def multi_get(self, table: str, keys: Sequence[bytes]) -> list[bytes | None]:
         """Return each key's record, None where there is none: one ``MGET``."""
+        prefix = self._name(table, b":r:", b"")
         if not keys:
             return []
-        prefix = self._name(table, b":r:", b"")
         with self._guard() as client:
             values = client.mget([prefix + key for key in keys])
         return cast("list[bytes | None]", values)  # bytes: decode_responses is off
@@ -157,12 +157,12 @@ class RedisStore(KVStore):
         Sorted by (tile start, member). Two round trips for all keys: a pipeline of
         ``ZRANGEBYSCORE`` (bounds inclusive, filtered exactly here), then one of ``HMGET``.
         """
+        hashes = self._name(table, b":t:", b"")
+        zsets = self._name(table, b":z:", b"")
         out: list[list[Tile]] = [[] for _ in keys]
         start, end = max(start, -_SIGN), min(end, _SIGN)
         if start >= end or not keys:
             return out
-        hashes = self._name(table, b":t:", b"")
-        zsets = self._name(table, b":z:", b"")
         low, high = _field(start, b""), _field(end - 1, b"")
         with self._guard() as client:
             pipe = client.pipeline(transaction=False)

@@ -51,7 +51,8 @@ class KVStore(ABC):
                   end: int) -> list[list[Tile]]:
         """Return each key's tiles with ``start <= tile start < end``.
 
-        Sorted by (tile start, member); one round trip for all keys.
+        Sorted by (tile start, member); a fixed number of round trips for all keys (LMDB:
+        one read transaction; Redis: two pipelines).
         """
 
     @abstractmethod

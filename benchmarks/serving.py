@@ -1,0 +1,255 @@
+"""Online serving latency: in-process fetches on each store, and HTTP under load (issue 5).
+
+One command runs everything and writes the section ``serving`` of ``RESULTS.md``:
+
+    .venv/bin/python benchmarks/serving.py                  # both stores, HTTP at 1, 8, 32
+    .venv/bin/python benchmarks/serving.py --fetches 500 --no-results   # a quick look
+
+The data: a Join of 3 GroupBys × 10 features (counts, sums, averages, maxima, a last_k and
+an approx_unique_count over sliding, sawtooth and lifetime windows) over Zipf-skewed keys.
+Day D is uploaded (Spark, executors write the records), the first half of day D+1 is
+written as streaming tiles, and fetches ask one random key at a random time of that half:
+record + tiles + head, merged and finalized, as ``Fetcher.fetch`` always does.
+
+In-process: p50 and p99 of ``Fetcher.fetch`` of one row, per store. HTTP: ``timetile serve``
+in a subprocess (uvicorn, loopback), driven by an asyncio client (httpx) with 1, 8 and 32
+concurrent clients: p50, p99 and requests per second. Goals: in-process p99 <= 1 ms on the
+embedded store; HTTP p99 <= 10 ms at 200 requests/s. Anchor: Feast's Java server on Redis
+reports about 1.3 ms p99 for one row of 250 features.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _report import write_section
+
+import timetile as tt
+from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.offline.session import local_session
+from timetile.online.fetcher import Fetcher
+from timetile.online.store import open_store
+from timetile.online.tiles import put_events
+from timetile.online.upload import upload
+from timetile.testing.redis_server import RedisServer
+
+DS = "2024-01-07"
+START = date_to_ms("2024-01-01")
+DAY_END = date_to_ms(DS) + DAY_MS
+RESULTS = Path(__file__).parent / "RESULTS.md"
+
+
+def events_table(n: int, keys: int, seed: int, until: int) -> pa.Table:
+    """Zipf-skewed events over [START, until): user_id, ts, amount, item."""
+    rng = np.random.default_rng(seed)
+    ranks = rng.zipf(1.2, n * 2)
+    users = ranks[ranks <= keys][:n]
+    return pa.table({
+        "user_id": users.astype(np.int64),
+        "ts": np.sort(rng.integers(START, until, len(users))).astype(np.int64),
+        "amount": np.round(rng.exponential(30.0, len(users)), 2),
+        "item": rng.integers(0, 5_000, len(users)).astype(np.int64),
+    })
+
+
+def definitions(sources: list[Any]) -> tt.Join:
+    """A Join of 3 GroupBys × 10 features."""
+    parts = []
+    for name, source in zip(("views", "carts", "orders"), sources, strict=True):
+        parts.append(tt.GroupBy(name, tt.EventSource(source, time_column="ts"), ["user_id"], [
+            tt.Aggregation("amount", "count", windows=["1h", "1d", "7d"]),
+            tt.Aggregation("amount", "sum", windows=["1d", tt.Window("7d", hop="1h")]),
+            tt.Aggregation("amount", "avg", windows=["7d"]),
+            tt.Aggregation("amount", "max", windows=["1d"]),
+            tt.Aggregation("item", "last_k", k=5, windows=["7d"]),
+            tt.Aggregation("item", "approx_unique_count", windows=["7d"]),
+            tt.Aggregation("amount", "sum"),
+        ]))
+    return tt.Join("serving", tt.EventSource(sources[0], time_column="ts"), parts)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The q-quantile of ``samples`` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def prepare(store_uri: str, join: tt.Join, tables: list[pa.Table], spark: Any) -> None:
+    """Upload day DS and stream the first half of the next day."""
+    upload(join, spark, DS, store_uri)
+    with open_store(store_uri) as store:
+        for part, table in zip(join.join_parts, tables, strict=True):
+            times = table.column("ts").to_numpy()
+            fresh = table.filter(pa.array((times >= DAY_END) & (times < DAY_END + DAY_MS // 2)))
+            put_events(store, part.group_by, fresh, "bench")
+
+
+def in_process(store_uri: str, join: tt.Join, keys: int, fetches: int) -> dict[str, float]:
+    """p50/p99 (ms) of one-row fetches at random keys and times."""
+    rng = np.random.default_rng(7)
+    with open_store(store_uri) as store:
+        fetcher = Fetcher(join, store)
+        for _ in range(200):  # warm up
+            fetcher.fetch([{"user_id": int(rng.integers(1, keys))}], at=DAY_END + 1000)
+        samples = []
+        for _ in range(fetches):
+            row = [{"user_id": int(rng.zipf(1.2)) % keys + 1}]
+            at = int(rng.integers(DAY_END, DAY_END + DAY_MS // 2))
+            began = time.perf_counter()
+            fetcher.fetch(row, at=at)
+            samples.append((time.perf_counter() - began) * 1000)
+    return {"p50": percentile(samples, 0.5), "p99": percentile(samples, 0.99),
+            "mean": statistics.fmean(samples)}
+
+
+DEFINITIONS = """
+import timetile as tt
+import sys
+sys.path.insert(0, {bench!r})
+from serving import definitions
+join = definitions([{paths}])
+"""
+
+
+def serve(defs: Path, store_uri: str, port: int) -> subprocess.Popen[bytes]:
+    """Start ``timetile serve`` on loopback and wait until /health answers."""
+    command = [sys.executable, "-m", "timetile.cli", "serve", str(defs), "--store", store_uri,
+               "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:  # noqa: PERF203  (polling until the server is up)
+            time.sleep(0.3)
+    process.kill()
+    raise RuntimeError(f"timetile serve did not start: {process.stderr.read().decode()[-2000:]}"
+                       if process.stderr else "timetile serve did not start")
+
+
+async def _load(port: int, keys: int, clients: int, requests: int,
+                rate: float | None) -> tuple[list[float], float]:
+    """Send ``requests`` one-row requests from ``clients`` concurrent clients; with ``rate``
+    (requests/s, open loop) they start on a schedule. Return latencies (ms) and seconds."""
+    rng = np.random.default_rng(11)
+    bodies = [{"rows": [{"user_id": int(rng.zipf(1.2)) % keys + 1}],
+               "at": int(rng.integers(DAY_END, DAY_END + DAY_MS // 2))} for _ in range(requests)]
+    latencies: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(requests):
+        queue.put_nowait(index)
+    began = time.perf_counter()
+    url = f"http://127.0.0.1:{port}/v1/features/serving"
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            index = queue.get_nowait()
+            if rate is not None:
+                delay = began + index / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            sent = time.perf_counter()
+            response = await http.post(url, json=bodies[index])
+            response.raise_for_status()
+            latencies.append((time.perf_counter() - sent) * 1000)
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=10) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    return latencies, time.perf_counter() - began
+
+
+def http_rows(defs: Path, store_uri: str, keys: int, requests: int) -> list[str]:
+    """HTTP p50/p99/throughput at 1, 8 and 32 clients, and p99 at 200 requests/s."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = serve(defs, store_uri, port)
+    rows = []
+    try:
+        asyncio.run(_load(port, keys, 4, 300, None))  # warm up
+        for clients in (1, 8, 32):
+            latencies, seconds = asyncio.run(_load(port, keys, clients, requests, None))
+            rows.append(f"| HTTP, {clients} clients (closed loop) | "
+                        f"{percentile(latencies, 0.5):.2f} | {percentile(latencies, 0.99):.2f} | "
+                        f"{len(latencies) / seconds:,.0f} |")
+            print(rows[-1], flush=True)
+        latencies, seconds = asyncio.run(_load(port, keys, 32, 2_000, 200.0))
+        rows.append(f"| HTTP, 200 requests/s (open loop) | {percentile(latencies, 0.5):.2f} | "
+                    f"{percentile(latencies, 0.99):.2f} | {len(latencies) / seconds:,.0f} |")
+        print(rows[-1], flush=True)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the serving benchmark and print (and record) its results."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--events", type=int, default=400_000, help="per GroupBy")
+    parser.add_argument("--fetches", type=int, default=3_000)
+    parser.add_argument("--requests", type=int, default=3_000, help="per HTTP run")
+    parser.add_argument("--no-results", action="store_true", help="do not write RESULTS.md")
+    args = parser.parse_args(argv)
+    spark = local_session("timetile-serving-bench", shuffle_partitions=4)
+    tables = [events_table(args.events, args.keys, seed, DAY_END + DAY_MS)
+              for seed in (1, 2, 3)]
+    lines = ["| what | p50 (ms) | p99 (ms) | mean (ms) or requests/s |", "|---|---:|---:|---:|"]
+    with tempfile.TemporaryDirectory() as scratch, RedisServer() as redis:
+        paths = []
+        for index, table in enumerate(tables):
+            paths.append(f"{scratch}/events{index}.parquet")
+            pq.write_table(table, paths[-1])
+        join = definitions(paths)
+        defs = Path(scratch) / "serving_defs.py"
+        defs.write_text(DEFINITIONS.format(bench=str(Path(__file__).parent),
+                                           paths=", ".join(repr(p) for p in paths)))
+        embedded = f"lmdb://{scratch}/store"
+        for label, uri in (("embedded (LMDB)", embedded), ("Redis", redis.url)):
+            prepare(uri, join, tables, spark)
+            figures = in_process(uri, join, args.keys, args.fetches)
+            lines.append(f"| in-process fetch of 1 row, {label} | {figures['p50']:.3f} | "
+                         f"{figures['p99']:.3f} | {figures['mean']:.3f} |")
+            print(lines[-1], flush=True)
+        spark.stop()
+        lines += http_rows(defs, embedded, args.keys, args.requests)
+    if not args.no_results:
+        write_section(RESULTS, "serving", [
+            f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+            f"- command: `python benchmarks/serving.py {' '.join(argv or sys.argv[1:])}`".rstrip(),
+            f"- data: 3 GroupBys × 10 features, {args.events:,} events each over {args.keys:,} "
+            "Zipf-skewed keys; day D uploaded, half of D+1 streamed as tiles",
+            f"- load average (1 min) after: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+            "(the load generator shares them with the server)",
+            "",
+            *lines,
+            "",
+            "Goals (issue 5): in-process p99 <= 1 ms on the embedded store; HTTP p99 <= 10 ms "
+            "at 200 requests/s. Anchor: Feast's Java server on Redis, about 1.3 ms p99 for one "
+            "row of 250 features.",
+        ])
+        print(f"wrote the section 'serving' of {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""The HTTP service over a real store: LMDB filled by ``upload`` on Spark, then FastAPI's
+TestClient; one test stops a real redis-server under a running app.
+
+The data are small enough to check by hand: at ``AT`` (an hour after the upload's day end),
+``users_amount_sum_1d`` sums the amounts in ``[AT − 1d, AT)``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from fastapi.testclient import TestClient
+
+import timetile as tt
+from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.online.fetcher import Fetcher
+from timetile.online.jsonable import to_json_value
+from timetile.online.lmdb_store import LmdbStore
+from timetile.online.server import create_app
+from timetile.online.store import open_store
+from timetile.online.tiles import put_events
+from timetile.online.upload import upload
+from timetile.testing import RedisServer
+
+pytestmark = pytest.mark.spark
+
+DS = "2024-01-02"
+DAY_END = date_to_ms(DS) + DAY_MS
+AT = DAY_END + HOUR_MS
+JAN_1 = date_to_ms("2024-01-01")
+INF = float("inf")
+NAN = float("nan")
+
+#: (user_id, item, amount, ts): uploaded (before DAY_END) and one streamed after it.
+EVENTS = [
+    (1, 10, 1.0, JAN_1 + 8 * HOUR_MS),
+    (1, 10, 5.0, JAN_1 + DAY_MS + 10 * HOUR_MS),
+    (1, 11, 7.0, JAN_1 + DAY_MS + 12 * HOUR_MS),
+    (2, 20, 3.0, JAN_1 + DAY_MS + 1 * HOUR_MS),  # exactly at AT − 1d: counts
+    (3, 30, NAN, JAN_1 + DAY_MS + 5 * HOUR_MS),
+    (4, 40, INF, JAN_1 + DAY_MS + 6 * HOUR_MS),
+    (5, 50, -INF, JAN_1 + DAY_MS + 7 * HOUR_MS),
+]
+STREAMED = (1, 12, 100.0, DAY_END + 30 * 60_000)
+SCHEMA = "user_id long, item long, amount double, ts long"
+
+
+def definitions(views: str, checkouts: str) -> tuple[tt.Join, tt.Join]:
+    users = tt.GroupBy("users", tt.EventSource(views, time_column="ts"), ["user_id"], [
+        tt.Aggregation("amount", "sum", windows=["1d"]),
+        tt.Aggregation("amount", "max"),
+        tt.Aggregation("amount", "count"),
+        tt.Aggregation("item", "histogram", windows=["7d"]),
+        tt.Aggregation("item", "last_k", k=2, windows=["7d"]),
+    ])
+    never = tt.GroupBy("never_uploaded", tt.EventSource(views, time_column="ts"), ["user_id"],
+                       [tt.Aggregation("amount", "count")])
+    left = tt.EventSource(checkouts, time_column="ts")
+    model = tt.Join("model", left, [users, tt.JoinPart(users, prefix="seller",
+                                                       key_mapping={"seller_id": "user_id"})])
+    return model, tt.Join("pending", left, [never])
+
+
+@pytest.fixture(scope="module")
+def uploaded(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Upload ``users`` into a fresh LMDB store, then stream one more event of user 1."""
+    root = tmp_path_factory.mktemp("server")
+    views, checkouts = str(root / "views"), str(root / "checkouts")
+    spark.createDataFrame(EVENTS, SCHEMA).coalesce(1).write.parquet(views)
+    spark.createDataFrame([(1, 2, AT)], "user_id long, seller_id long, ts long") \
+        .write.parquet(checkouts)
+    model, pending = definitions(views, checkouts)
+    uri = f"lmdb://{root / 'store'}"
+    upload(model, spark, DS, uri)
+    streamed = pa.table({name: [value] for name, value in
+                         zip(["user_id", "item", "amount", "ts"], STREAMED, strict=True)})
+    with open_store(uri) as store:
+        put_events(store, model.join_parts[0].group_by, streamed, "b1")
+    return {"uri": uri, "model": model, "pending": pending, "root": root}
+
+
+@pytest.fixture
+def client(uploaded: dict[str, Any]) -> Iterator[TestClient]:
+    app = create_app({"model": uploaded["model"], "pending": uploaded["pending"]},
+                     uploaded["uri"])
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def post(client: TestClient, rows: list[dict[str, Any]], at: int | None = AT,
+         join: str = "model") -> Any:
+    body: dict[str, Any] = {"rows": rows}
+    if at is not None:
+        body["at"] = at
+    return client.post(f"/v1/features/{join}", json=body)
+
+
+def test_features_of_one_row(client: TestClient) -> None:
+    response = post(client, [{"user_id": 1, "seller_id": 2}])
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["at"] == AT
+    assert len(body["request_id"]) == 32
+    [result] = body["results"]
+    assert result["stale"] == []
+    assert result["features"] == {
+        "users_amount_sum_1d": 112.0,  # 5 + 7 uploaded, 100 streamed; 1.0 is over a day old
+        "users_amount_max": 100.0,
+        "users_amount_count": 4,
+        "users_item_histogram_7d": {"10": 2, "11": 1, "12": 1},  # maps: string keys
+        "users_item_last_k_7d": [12, 11],
+        "seller_users_amount_sum_1d": 3.0,  # the seller is user 2, at exactly AT − 1d
+        "seller_users_amount_max": 3.0,
+        "seller_users_amount_count": 1,
+        "seller_users_item_histogram_7d": {"20": 1},
+        "seller_users_item_last_k_7d": [20],
+    }
+
+
+def test_non_finite_floats_are_strings(client: TestClient) -> None:
+    response = post(client, [{"user_id": 3, "seller_id": 4}, {"user_id": 5, "seller_id": 99}])
+    assert response.status_code == 200
+    assert "NaN" not in response.text.replace('"NaN"', "")  # strict JSON: no bare NaN
+    nan_row, inf_row = (result["features"] for result in response.json()["results"])
+    assert nan_row["users_amount_sum_1d"] == "NaN"
+    assert nan_row["seller_users_amount_max"] == "Infinity"
+    assert inf_row["users_amount_sum_1d"] == "-Infinity"
+    assert inf_row["seller_users_amount_count"] == 0  # key 99: no event, the empty window
+    assert inf_row["seller_users_amount_sum_1d"] is None
+    json.loads(response.text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+
+
+def test_many_rows_in_row_order(client: TestClient, uploaded: dict[str, Any]) -> None:
+    rows = [{"user_id": user % 7, "seller_id": (user * 3) % 7} for user in range(600)]
+    response = post(client, rows)
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert len(results) == 600
+    with LmdbStore(uploaded["uri"].removeprefix("lmdb://")) as store:
+        expected = Fetcher(uploaded["model"], store).fetch(rows, at=AT)
+    assert [result["features"] for result in results] == \
+        [to_json_value(result.features) for result in expected]
+
+
+def test_at_defaults_to_now(client: TestClient) -> None:
+    before = time.time_ns() // 1_000_000
+    response = post(client, [{"user_id": 1, "seller_id": 2}], at=None)
+    after = time.time_ns() // 1_000_000
+    assert response.status_code == 200
+    body = response.json()
+    assert before <= body["at"] <= after
+    assert body["results"][0]["stale"] == ["users"]  # now is long after the upload's slack
+
+
+def test_request_id_header(client: TestClient) -> None:
+    response = client.post("/v1/features/model", json={"rows": [{"user_id": 1, "seller_id": 1}]},
+                           headers={"X-Request-ID": "abc-123"})
+    assert response.json()["request_id"] == "abc-123"
+
+
+def test_health(client: TestClient) -> None:
+    response = client.get("/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["store"].startswith("LmdbStore(")
+    assert body["joins"]["model"] == {"ready": True, "key_columns": ["user_id", "seller_id"],
+                                      "uploaded": {"users": DS}}
+    pending = body["joins"]["pending"]
+    assert pending["ready"] is False
+    assert "never_uploaded" in pending["error"]
+    assert "run timetile upload" in pending["fix"]
+    assert body["log"] == {"enabled": False, "written": 0, "dropped": 0}
+
+
+def error_of(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert {"error", "field", "fix"} <= set(body)
+    return body
+
+
+def test_unknown_join_is_404(client: TestClient) -> None:
+    body = error_of(post(client, [{"user_id": 1}], join="modle"), 404)
+    assert body["error"] == "no Join named 'modle' is served"
+    assert body["field"] == "join"
+    assert "model, pending" in body["fix"]
+    body = error_of(client.post("/v1/features/modle", content=b"{not json"), 404)  # URL first
+    assert body["field"] == "join"
+
+
+def test_not_uploaded_join_is_503(client: TestClient) -> None:
+    body = error_of(post(client, [{"user_id": 1}], join="pending"), 503)
+    assert body["error"].startswith("Join 'pending' is not ready: GroupBy never_uploaded")
+    assert body["field"] == "join"
+    assert "run timetile upload" in body["fix"]
+
+
+def test_missing_key_column_is_422(client: TestClient) -> None:
+    body = error_of(post(client, [{"user_id": 1, "seller_id": 2}, {"user_id": 1}]), 422)
+    assert body["error"] == "rows[1]: lacks the key column seller_id"
+    assert body["field"] == "rows[1]"
+    assert body["fix"] == "give every row the key columns user_id, seller_id"
+
+
+def test_bad_key_type_is_422(client: TestClient) -> None:
+    body = error_of(post(client, [{"user_id": 1, "seller_id": 2}, {"user_id": "x",
+                                                                    "seller_id": 2}]), 422)
+    assert body["error"] == "rows[1].user_id: 'x' cannot be read as int"
+    assert body["field"] == "rows[1]"
+    assert body["fix"] == "give user_id as int"
+
+
+@pytest.mark.parametrize(("content", "field", "message"), [
+    (b"{not json", "body", "body: is not valid JSON"),
+    (b'{"at": 5}', "rows", "rows: field required"),
+    (b'{"rows": {"user_id": 1}}', "rows", "rows: input should be a valid list"),
+    (b'{"rows": [{"user_id": 1, "seller_id": 2}, 7]}', "rows[1]",
+     "rows[1]: input should be a valid dictionary"),
+    (b'{"rows": [], "at": "soon"}', "at", "at: input should be a valid integer"),
+    (b'{"rows": [], "when": 5}', "when", "when: extra inputs are not permitted"),
+])
+def test_malformed_body_is_422(client: TestClient, content: bytes, field: str,
+                               message: str) -> None:
+    response = client.post("/v1/features/model", content=content,
+                           headers={"Content-Type": "application/json"})
+    body = error_of(response, 422)
+    assert body["field"] == field
+    assert body["error"].startswith(message)
+    assert '{"rows": [{"user_id": 1, "seller_id": 1}]' in body["fix"]
+    assert body["problems"][0]["field"] == field
+
+
+def test_empty_rows_answer_no_results(client: TestClient) -> None:
+    response = post(client, [])
+    assert response.status_code == 200
+    assert response.json()["results"] == []
+
+
+def test_openapi_docs_show_an_example(client: TestClient) -> None:
+    assert client.get("/docs").status_code == 200
+    spec = client.get("/openapi.json").json()
+    operation = spec["paths"]["/v1/features/{join}"]["post"]
+    examples = operation["requestBody"]["content"]["application/json"]["examples"]
+    assert examples["model"]["value"]["rows"][0] == {"user_id": 1, "seller_id": 1}
+    assert {"404", "422", "503"} <= set(operation["responses"])
+    assert "NaN" in spec["info"]["description"]
+
+
+def test_uploads_are_picked_up_without_restart(
+    spark: Any, uploaded: dict[str, Any], tmp_path: Path
+) -> None:
+    uri = f"lmdb://{tmp_path / 'store'}"
+    app = create_app({"model": uploaded["model"]}, uri, refresh_seconds=0)
+    with TestClient(app) as client:
+        assert error_of(post(client, [{"user_id": 1, "seller_id": 2}]), 503)["field"] == "join"
+        assert client.get("/health").json()["joins"]["model"]["ready"] is False
+        upload(uploaded["model"], spark, DS, uri)  # the first upload
+        response = post(client, [{"user_id": 2, "seller_id": 2}])
+        assert response.status_code == 200
+        assert response.json()["results"][0]["features"]["users_amount_sum_1d"] == 3.0
+        upload(uploaded["model"], spark, "2024-01-03", uri)  # the next day's
+        health = client.get("/health").json()
+        assert health["joins"]["model"]["uploaded"] == {"users": "2024-01-03"}
+        late = DAY_END + 2 * DAY_MS - HOUR_MS  # stale for the first upload, not the second
+        assert post(client, [{"user_id": 2, "seller_id": 2}], at=late).json()[
+            "results"][0]["stale"] == []
+
+
+def test_an_unreachable_store_is_503(spark: Any, uploaded: dict[str, Any]) -> None:
+    server = RedisServer().start()
+    url = server.url
+    try:
+        upload(uploaded["model"], spark, DS, url)
+        app = create_app({"model": uploaded["model"]}, url)
+        with TestClient(app) as client:
+            assert post(client, [{"user_id": 2, "seller_id": 2}]).status_code == 200
+            server.stop()
+            body = error_of(post(client, [{"user_id": 2, "seller_id": 2}]), 503)
+            assert body["error"].startswith(f"the store RedisStore('{url}') cannot be "
+                                            "reached")
+            assert body["field"] == "store"
+            assert "reachable" in body["fix"]
+            health = client.get("/health")
+            assert health.status_code == 503
+            assert health.json()["status"] == "unavailable"
+            assert health.json()["joins"]["model"]["ready"] is False
+    finally:
+        server.stop()
+
+
+def test_responses_are_logged(uploaded: dict[str, Any], tmp_path: Path) -> None:
+    log_dir = tmp_path / "log"
+    app = create_app({"model": uploaded["model"]}, uploaded["uri"], log_dir=str(log_dir))
+    rows = [{"user_id": 3, "seller_id": 1, "extra": "not logged"}, {"user_id": 1,
+                                                                     "seller_id": 2}]
+    with TestClient(app) as client:
+        response = post(client, rows)
+        assert response.status_code == 200
+    # leaving the client shut the app down: the log is flushed
+    table = pq.read_table(log_dir / "model")
+    assert table.num_rows == 2
+    assert table.column("request_id").to_pylist() == [response.json()["request_id"]] * 2
+    assert table.column("row_index").to_pylist() == [0, 1]
+    assert table.column("request_time").to_pylist() == [AT, AT]
+    assert [json.loads(keys) for keys in table.column("keys").to_pylist()] == \
+        [{"user_id": 3, "seller_id": 1}, {"user_id": 1, "seller_id": 2}]
+    features = [json.loads(text) for text in table.column("features").to_pylist()]
+    assert features == [result["features"] for result in response.json()["results"]]
+    assert features[0]["users_amount_sum_1d"] == "NaN"
+    assert app.state.response_log.written == 2

@@ -1,0 +1,163 @@
+"""What every ``timetile`` command shares: user errors, reading definitions, Spark.
+
+User errors (:class:`CliError`, a :class:`~timetile.api.errors.DefinitionError`, bad input
+under ``--strict``, an input Spark cannot read, a store that cannot be reached) print one
+paragraph in red on stderr and exit with :data:`USAGE_ERROR`; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date
+from pathlib import Path
+
+import typer
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from rich.console import Console
+
+from timetile.api.errors import DefinitionError
+from timetile.api.join import Join
+from timetile.offline.report import BadInputError
+from timetile.offline.session import local_session
+from timetile.online.store import StoreUnavailable
+from timetile.progress import JobProgress
+
+#: The exit code of every user error.
+USAGE_ERROR = 2
+
+_err = Console(stderr=True, soft_wrap=True)
+
+
+def console() -> Console:
+    """Stdout: the terminal's width, or 160 columns in a log, where lines need not wrap."""
+    console = Console()
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console
+    return Console(width=160)
+
+
+class CliError(Exception):
+    """A user error: printed as one paragraph, exit code 2."""
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def user_errors(debug: bool) -> Iterator[None]:
+    """Turn user errors into a red paragraph on stderr and exit code 2."""
+    try:
+        yield
+    except (CliError, DefinitionError, BadInputError, AnalysisException,
+            StoreUnavailable) as error:
+        if debug:
+            _err.print(traceback.format_exc(), markup=False, highlight=False)
+        _err.print(_describe(error), style="red", markup=False, highlight=False)
+        raise typer.Exit(USAGE_ERROR) from None
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, DefinitionError):
+        return f"The definition cannot work. {error}"
+    if isinstance(error, BadInputError):
+        return f"Bad input (--strict): {error}"
+    if isinstance(error, StoreUnavailable):
+        return (f"The store cannot be reached: {error}. Fix: check the --store URI, and that "
+                "the store is running (for Redis: redis-cli -u URL ping).")
+    if isinstance(error, AnalysisException):
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        return (f"Spark could not read an input: {first.rstrip('.')}. Fix: check the paths and "
+                "table names in the definitions (relative paths resolve against the current "
+                "directory); for the demo's definitions, run `timetile demo` first.")
+    return str(error)
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def parse_day(option: str, value: str) -> date:
+    """Parse a ``YYYY-MM-DD`` day; raise a :class:`CliError` naming the option if it is not."""
+    try:
+        if _DATE.match(value):
+            return date.fromisoformat(value)
+    except ValueError:
+        pass
+    raise CliError(f"{option} {value!r} is not a date. Fix: write YYYY-MM-DD, e.g. 2024-01-31.")
+
+
+def load_joins(path: Path) -> dict[str, Join]:
+    """Run a definitions file in a fresh namespace; its module-level Joins, by name.
+
+    The file's directory is on ``sys.path`` while it runs, so it can import its neighbours.
+    """
+    if not path.is_file():
+        raise CliError(f"{path} does not exist or is not a file. Fix: give the path of a Python "
+                       "file that defines a tt.Join.")
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        namespace = runpy.run_path(str(path), run_name="__timetile_defs__")
+    except DefinitionError:
+        raise
+    except Exception as error:
+        raise CliError(f"{path} failed to run: {type(error).__name__}: {error}. Fix: run it "
+                       "with python to see the whole traceback, or add --debug.") from error
+    finally:
+        sys.path.remove(folder)
+    joins: dict[str, Join] = {}
+    for value in namespace.values():
+        if isinstance(value, Join) and joins.get(value.name) is not value:
+            if value.name in joins:
+                raise CliError(f"{path} defines two different Joins named {value.name!r}. "
+                               "Fix: give each Join its own name.")
+            joins[value.name] = value
+    return joins
+
+
+def pick_join(path: Path, joins: dict[str, Join], name: str | None) -> Join:
+    """Pick the Join to run: the one named ``name``, or the only one."""
+    names = ", ".join(joins) or "none"
+    if name is not None:
+        if name not in joins:
+            raise CliError(f"{path} has no Join named {name!r}; it defines: {names}. "
+                           "Fix: pass one of those to --join.")
+        return joins[name]
+    if not joins:
+        raise CliError(f"{path} defines no tt.Join at module level. Fix: build one, e.g. "
+                       "checkout_model = tt.Join(name='checkout_model', left=..., parts=[...]).")
+    if len(joins) > 1:
+        raise CliError(f"{path} defines several Joins: {names}. Fix: pick one with --join NAME.")
+    return next(iter(joins.values()))
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+@contextmanager
+def spark_session(progress: JobProgress) -> Iterator[SparkSession]:
+    """Use the active session (spark-submit, notebook, tests), or a local one stopped at the end."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        progress.attach(active)
+        yield active
+        return
+    with progress.stage("start Spark"):
+        # Under spark-submit the JVM is already up with the cluster's configuration: take it
+        # rather than forcing the embedded local master.
+        submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+        spark = SparkSession.builder.getOrCreate() if submitted else local_session()
+    progress.attach(spark)
+    try:
+        yield spark
+    finally:
+        progress.detach()
+        spark.stop()

@@ -1,0 +1,268 @@
+"""The online commands of ``timetile``: ``upload``, ``serve`` and ``fetch`` (DESIGN §5).
+
+``upload`` runs on Spark (the active session, or a local one, as ``backfill`` does);
+``serve`` and ``fetch`` read the store only and start no Spark. :func:`register` adds the
+commands to the ``timetile`` app.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from timetile.api.errors import DefinitionError
+from timetile.api.group_by import GroupBy
+from timetile.api.join import Join
+from timetile.cli_common import (
+    CliError,
+    console,
+    load_joins,
+    parse_day,
+    pick_join,
+    spark_session,
+    user_errors,
+)
+from timetile.cli_render import print_features, print_upload
+from timetile.core.timeutil import ms_to_iso
+from timetile.online.store import KVStore, open_store
+from timetile.progress import JobProgress
+
+_UPLOAD_EXAMPLE = """\
+[bold]Example[/]
+
+  [cyan]timetile demo[/]    [dim]# writes the demo data to timetile-demo/data[/]
+  [cyan]timetile upload examples/checkout_model.py --ds 2024-02-29 \\
+      --store lmdb:timetile-demo/store[/]
+
+  [dim]Writes each key's batch record as of the end of --ds (UTC); run it once a day, after
+  the day's data is complete. Re-running a day rewrites the same records. --store takes
+  lmdb:PATH (or a bare directory) or redis://host:port/db; on a cluster, the executors
+  write to it, so use Redis there.[/]
+"""
+
+_SERVE_EXAMPLE = """\
+[bold]Example[/]
+
+  [cyan]timetile serve examples/checkout_model.py --store lmdb:timetile-demo/store \\
+      --port 8000 --log-dir timetile-demo/responses[/]
+  [cyan]curl -s localhost:8000/v1/features/checkout_model -H 'Content-Type: application/json' \\
+      -d '{"rows": [{"user_id": 1, "seller_id": 3}], "at": 1709294400000}'[/]
+
+  [dim]Serves every Join of the file: POST /v1/features/JOIN, GET /health, docs at /docs.
+  A Join not uploaded yet answers 503 until `timetile upload` runs; no restart needed.[/]
+"""
+
+_FETCH_EXAMPLE = """\
+[bold]Example[/]
+
+  [cyan]timetile fetch examples/checkout_model.py --store lmdb:timetile-demo/store \\
+      --key user_id=1 --key seller_id=3 --at 2024-03-01T12:00:00Z[/]
+
+  [dim]--at is ISO 8601 (UTC when no offset is given) or epoch milliseconds; now by default.
+  Features from an upload older than its slack are flagged stale.[/]
+"""
+
+_Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of errors.")]
+_Defs = Annotated[Path, typer.Argument(help="Python file that defines the tt.Join(s).",
+                                       show_default=False)]
+_Store = Annotated[str, typer.Option(
+    help="The store: lmdb:PATH, lmdb:///abs/path, a directory, or redis://host:port/db.",
+    show_default=False)]
+_ISO = re.compile(r"^-?\d+$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_time(option: str, value: str) -> int:
+    """Parse epoch milliseconds or an ISO 8601 time (UTC when no offset is given).
+
+    >>> parse_time("--at", "2024-03-01T12:00:00Z"), parse_time("--at", "1709294400000")
+    (1709294400000, 1709294400000)
+    """
+    text = value.strip()
+    if _ISO.match(text):
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text))
+    except ValueError:
+        raise CliError(f"{option} {value!r} is not a time. Fix: write ISO 8601, e.g. "
+                       "2024-03-01T12:00:00Z (UTC when no offset is given), or epoch "
+                       "milliseconds, e.g. 1709294400000.") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def parse_keys(values: list[str]) -> dict[str, str]:
+    """Parse ``--key NAME=VALUE`` options into a row (values stay text: the fetcher casts)."""
+    row: dict[str, str] = {}
+    for value in values:
+        name, equals, text = value.partition("=")
+        if not equals or not name.strip():
+            raise CliError(f"--key {value!r} is not NAME=VALUE. Fix: write e.g. --key user_id=1.")
+        row[name.strip()] = text.strip()
+    return row
+
+
+def _open(uri: str) -> KVStore:
+    """Open the store of ``--store``; a URI of no known store is a :class:`CliError`."""
+    try:
+        return open_store(uri)
+    except ValueError as error:
+        raise CliError(f"--store: {error}.") from None
+
+
+def _group_bys(path: Path, joins: list[Join]) -> list[tuple[str, GroupBy]]:
+    """Return each GroupBy of ``joins`` once, with the field that names it."""
+    seen: dict[str, tuple[str, GroupBy]] = {}
+    for join in joins:
+        for index, part in enumerate(join.join_parts):
+            first = seen.setdefault(part.group_by.name, (f"parts[{index}].group_by",
+                                                         part.group_by))
+            if first[1] is not part.group_by:
+                raise CliError(f"{path} defines two different GroupBys named "
+                               f"{part.group_by.name!r}. Fix: give each GroupBy its own name.")
+    return list(seen.values())
+
+
+def upload(
+    *,
+    defs: _Defs,
+    ds: Annotated[str, typer.Option(help="The day, YYYY-MM-DD (UTC): the records hold the "
+                                         "events before its end.", show_default=False)],
+    store: _Store,
+    join: Annotated[str | None, typer.Option(
+        help="Upload only this Join's GroupBys \\[default: every Join of the file].",
+        show_default=False)] = None,
+    debug: _Debug = False,
+) -> None:
+    """Write each key's batch record as of the end of a day, for online serving.
+
+    Runs on Spark; the executors build the records and write them to the store. Then prints
+    the keys and bytes written per GroupBy.
+    """
+    out = console()
+    with user_errors(debug):
+        from timetile.online.upload import upload_group_by  # noqa: PLC0415  (Spark job)
+
+        parse_day("--ds", ds)
+        joins = load_joins(defs)
+        if join is not None or not joins:
+            chosen = [pick_join(defs, joins, join)]  # the one named, or the error of none
+        else:
+            chosen = list(joins.values())
+        _open(store).close()  # fail before Spark starts when the store cannot be used
+        written: dict[str, tuple[int, int]] = {}
+        began = time.perf_counter()
+        with JobProgress(None, out) as progress, spark_session(progress) as spark:
+            for field, group_by in _group_bys(defs, chosen):
+                with progress.stage(f"upload {group_by.name}"):
+                    written[group_by.name] = upload_group_by(group_by, spark, ds, store,
+                                                             field=field)
+        print_upload(out, written, store=store, ds=ds, seconds=time.perf_counter() - began)
+
+
+def serve(
+    *,
+    defs: _Defs,
+    store: _Store,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="The port to listen on.", min=0, max=65535)] = 8000,
+    log_dir: Annotated[Path | None, typer.Option(
+        help="Log every response here as Parquet (one folder per Join).",
+        show_default=False)] = None,
+    debug: _Debug = False,
+) -> None:
+    """Serve the features of every Join of the file over HTTP (uvicorn), until stopped.
+
+    POST /v1/features/JOIN takes many rows per request; GET /health says whether the store
+    answers and each Join is uploaded; /docs documents both with examples.
+    """
+    out = console()
+    with user_errors(debug):
+        import uvicorn  # noqa: PLC0415  (only serve needs them)
+
+        from timetile.online.server import create_app  # noqa: PLC0415
+
+        joins = load_joins(defs)
+        if not joins:
+            pick_join(defs, joins, None)  # raises: the file defines no Join
+        kv = _open(store)
+        try:
+            app = create_app(joins, kv, log_dir=str(log_dir) if log_dir is not None else None)
+            health = app.state.health()
+            for name, state in health.joins.items():
+                status = "ready" if state.ready else f"not ready: {state.error}; {state.fix}"
+                out.print(f"serving {name} ({status})", markup=False, highlight=False)
+            out.print(f"on http://{host}:{port}/v1/features/JOIN, docs at "
+                      f"http://{host}:{port}/docs", markup=False, highlight=False)
+            uvicorn.run(app, host=host, port=port, log_level="info")
+        finally:
+            kv.close()
+
+
+def fetch(
+    *,
+    defs: _Defs,
+    store: _Store,
+    key: Annotated[list[str], typer.Option(
+        "--key", help="A key column's value, NAME=VALUE; repeat for each key column.",
+        show_default=False)],
+    join: Annotated[str | None, typer.Option(
+        help="The Join's name, when the file defines several.")] = None,
+    at: Annotated[str | None, typer.Option(
+        help="The fetch time: ISO 8601 (UTC by default) or epoch ms \\[default: now].",
+        show_default=False)] = None,
+    debug: _Debug = False,
+) -> None:
+    """Fetch one row's features from the store, as the HTTP service would, and print them."""
+    out = console()
+    with user_errors(debug):
+        from timetile.online.fetcher import Fetcher, NotUploadedError  # noqa: PLC0415
+
+        chosen = pick_join(defs, load_joins(defs), join)
+        row = parse_keys(key)
+        when = parse_time("--at", at) if at is not None else time.time_ns() // 1_000_000
+        with _open(store) as kv:
+            try:
+                fetcher = Fetcher(chosen, kv)
+            except NotUploadedError as error:
+                raise CliError(f"{str(error).partition('. Fix:')[0]}. Fix: run timetile upload "
+                               f"{defs} --ds YYYY-MM-DD --store {store}.") from None
+            _check_keys(fetcher.key_columns, row)
+            try:
+                [result] = fetcher.fetch([row], at=when)
+            except DefinitionError as error:
+                problem = error.problems[0]
+                raise CliError(f"--key: {problem.message}. Fix: {problem.fix}.") from None
+        stale = list(dict.fromkeys(result.stale))
+        columns = {name for name in result.features
+                   for part in chosen.join_parts if part.group_by.name in stale
+                   and name.startswith(f"{part.prefix}_{part.group_by.name}_" if part.prefix
+                                       else f"{part.group_by.name}_")}
+        keys = ", ".join(f"{name}={value}" for name, value in row.items())
+        print_features(out, result.features, columns,
+                       title=f"{chosen.name} at {ms_to_iso(when)} · {keys}", stale=stale)
+
+
+def _check_keys(columns: list[str], row: dict[str, str]) -> None:
+    wanted = " ".join(f"--key {column}=VALUE" for column in columns)
+    missing = [column for column in columns if column not in row]
+    unknown = [name for name in row if name not in columns]
+    if missing or unknown:
+        what = (f"--key {', '.join(missing)} is missing" if missing
+                else f"--key {', '.join(unknown)} is no key column")
+        raise CliError(f"{what}: the Join's key columns are {', '.join(columns)}. "
+                       f"Fix: give {wanted}.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``upload``, ``serve`` and ``fetch`` to ``app``."""
+    app.command(epilog=_UPLOAD_EXAMPLE)(upload)
+    app.command(epilog=_SERVE_EXAMPLE)(serve)
+    app.command(epilog=_FETCH_EXAMPLE)(fetch)
+
