@@ -214,7 +214,7 @@ def test_bad_key_type_is_422(client: TestClient) -> None:
     body = error_of(post(client, [{"user_id": 1, "seller_id": 2}, {"user_id": "x",
                                                                     "seller_id": 2}]), 422)
     assert body["error"] == "rows[1].user_id: 'x' cannot be read as int"
-    assert body["field"] == "rows[1]"
+    assert body["field"] == "rows[1].user_id"
     assert body["fix"] == "give user_id as int"
 
 
