@@ -1,16 +1,24 @@
-"""Hypothesis strategies and comparisons shared by the aggregator tests."""
+"""Hypothesis strategies, comparisons and the algebra's laws shared by the aggregator tests.
+
+The laws (:class:`Flavor`) are written once and run by ``test_aggregator_laws`` on the plain
+aggregators (:data:`PLAIN`) and by ``test_bucketed_laws`` on :class:`Bucketed` around them.
+"""
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 from timetile.core.aggregators import OPS, Aggregator, make_aggregator
-from timetile.core.aggregators.sketches import HLL_RSE, KLL_K, KLL_RANK_ERROR
+from timetile.core.aggregators.codec import FORMAT_VERSION
+from timetile.core.aggregators.sketches import HLL_RSE, KLL_K, KLL_RANK_ERROR, SKETCH_FORMAT
 from timetile.core.types import ValueType
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -44,6 +52,18 @@ ALL_CASES = [
 def build(op: str, value_type: ValueType) -> Aggregator[Any]:
     """The aggregator for ``op`` with the test parameters (k, percentiles)."""
     return make_aggregator(op, value_type, k=K, percentiles=PERCENTILES)
+
+
+#: Every case of :data:`ALL_CASES` as a pytest parameter of ``(op, value_type)``, and the
+#: invertible ones alone.
+CASES = [
+    pytest.param(op, value_type, id=f"{op}-{value_type.value}") for op, value_type in ALL_CASES
+]
+INVERTIBLE_CASES = [
+    pytest.param(op, value_type, id=f"{op}-{value_type.value}")
+    for op, value_type in ALL_CASES
+    if build(op, value_type).invertible
+]
 
 
 def scalars(value_type: ValueType) -> st.SearchStrategy[Any]:
@@ -198,6 +218,147 @@ def agree(agg: Aggregator[Any], got: Any, want: Any, values: np.ndarray) -> None
 def empty_result(op: str) -> Any:
     """The contract's result for an empty window."""
     return 0 if op in {"count", "unique_count", "approx_unique_count"} else None
+
+
+# --- the algebra's laws, for plain and bucketed aggregators ---------------------------------
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One family of aggregators, as the laws build, feed and compare it.
+
+    Each law method builds the aggregator for ``(op, value_type)``, draws its batches from
+    ``data`` and asserts; the test modules give it their parametrization and hypothesis settings.
+    """
+
+    #: The aggregator for ``(op, value_type)``.
+    build: Callable[[str, ValueType], Aggregator[Any]]
+    #: ``count`` batches of (values, times) for ``(op, value_type)``.
+    batches: Callable[[str, ValueType, int], st.SearchStrategy[list[Batch]]]
+    #: One batch holding all of the parts, in order (the value type types an empty one).
+    concat: Callable[[list[Batch], ValueType], Batch]
+    #: Assert two results of the same values (the last argument) agree.
+    agree: Callable[[Any, Any, Any, np.ndarray], None]
+    #: The result of an empty state for ``op``: equal, and of the same type.
+    empty_result: Callable[[str], Any]
+    #: The first byte of the aggregator's state bytes.
+    format_version: Callable[[Aggregator[Any]], int]
+
+    def init_is_the_identity(self, op: str, value_type: ValueType, data: st.DataObject) -> None:
+        agg = self.build(op, value_type)
+        (part,) = data.draw(self.batches(op, value_type, 1))
+        state = agg.fold(*part)
+        expected = agg.to_bytes(state)
+        assert agg.to_bytes(agg.merge(agg.init(), state)) == expected
+        assert agg.to_bytes(agg.merge(state, agg.init())) == expected
+        assert agg.to_bytes(agg.update(state, *self.concat([], value_type))) == expected
+        result = agg.finalize(agg.init())
+        assert result == self.empty_result(op)
+        assert type(result) is type(self.empty_result(op))
+
+    def merge_is_the_fold_of_the_union(
+        self, op: str, value_type: ValueType, data: st.DataObject
+    ) -> None:
+        agg = self.build(op, value_type)
+        left, right = data.draw(self.batches(op, value_type, 2))
+        whole = self.concat([left, right], value_type)
+        want = agg.finalize(agg.fold(*whole))
+        self.agree(agg, agg.finalize(agg.merge(agg.fold(*left), agg.fold(*right))), want, whole[0])
+        self.agree(agg, agg.finalize(agg.merge(agg.fold(*right), agg.fold(*left))), want, whole[0])
+
+    def merge_is_associative(self, op: str, value_type: ValueType, data: st.DataObject) -> None:
+        agg = self.build(op, value_type)
+        parts = data.draw(self.batches(op, value_type, 3))
+        a, b, c = (agg.fold(*part) for part in parts)
+        left_first = agg.finalize(agg.merge(agg.merge(a, b), c))
+        right_first = agg.finalize(agg.merge(a, agg.merge(b, c)))
+        self.agree(agg, left_first, right_first, self.concat(parts, value_type)[0])
+
+    def bytes_round_trip(self, op: str, value_type: ValueType, data: st.DataObject) -> None:
+        agg = self.build(op, value_type)
+        first, second = data.draw(self.batches(op, value_type, 2))
+        state = agg.merge(agg.fold(*first), agg.fold(*second))
+        values = self.concat([first, second], value_type)[0]
+        for candidate, its_values in ((agg.init(), values[:0]), (state, values)):
+            encoded = agg.to_bytes(candidate)
+            assert encoded[0] == self.format_version(agg)
+            decoded = agg.from_bytes(encoded)
+            if not agg.approximate:  # a sketch may lay out the same content differently
+                assert agg.to_bytes(decoded) == encoded
+            self.agree(agg, agg.finalize(decoded), agg.finalize(candidate), its_values)
+            assert repr(agg.finalize(decoded)) == repr(agg.finalize(candidate))
+        # A decoded state merges and updates like the original.
+        more = agg.fold(*first)
+        self.agree(
+            agg,
+            agg.finalize(agg.merge(agg.from_bytes(agg.to_bytes(state)), more)),
+            agg.finalize(agg.merge(state, more)),
+            self.concat([first, second, first], value_type)[0],
+        )
+
+    def retract_undoes_update(
+        self, op: str, value_type: ValueType, data: st.DataObject
+    ) -> tuple[Aggregator[Any], Batch]:
+        """The laws of ``retract`` and ``unmerge``; returns the aggregator and retracted batch."""
+        agg = self.build(op, value_type)
+        assert agg.invertible
+        kept, removed = data.draw(self.batches(op, value_type, 2))
+        state = agg.fold(*kept)
+        grown = agg.update(state, *removed)
+        # Exactly: the same bytes, not only the same result.
+        assert agg.to_bytes(agg.retract(grown, *removed)) == agg.to_bytes(state)
+        both = agg.fold(*self.concat([removed, kept], value_type))
+        assert agg.to_bytes(agg.retract(both, *removed)) == agg.to_bytes(state)
+        # Retracted in pieces, in another order.
+        cut = data.draw(st.integers(0, len(removed[0])))
+        piecewise = agg.retract(grown, removed[0][cut:], removed[1][cut:])
+        piecewise = agg.retract(piecewise, removed[0][:cut], removed[1][:cut])
+        assert agg.to_bytes(piecewise) == agg.to_bytes(state)
+        # States form a group: a retraction folded first cancels a later insertion; and unmerge
+        # undoes merge.
+        negative = agg.retract(agg.init(), *removed)
+        assert agg.to_bytes(agg.merge(negative, agg.fold(*removed))) == agg.to_bytes(agg.init())
+        assert agg.to_bytes(agg.merge(grown, negative)) == agg.to_bytes(state)
+        assert agg.to_bytes(agg.unmerge(grown, agg.fold(*removed))) == agg.to_bytes(state)
+        assert agg.to_bytes(agg.unmerge(grown, grown)) == agg.to_bytes(agg.init())
+        return agg, removed
+
+    def no_method_mutates_its_arguments(
+        self, op: str, value_type: ValueType, data: st.DataObject
+    ) -> None:
+        agg = self.build(op, value_type)
+        first, second = data.draw(self.batches(op, value_type, 2))
+        left, right = agg.fold(*first), agg.fold(*second)
+        snapshot = [_fingerprint(agg, x) for x in (left, right, *first, *second)]
+
+        agg.update(left, *second)
+        agg.merge(left, right)
+        agg.merge(right, left)
+        agg.finalize(left)
+        agg.to_bytes(right)
+        if agg.invertible:
+            agg.retract(left, *second)
+            agg.unmerge(left, right)
+
+        assert [_fingerprint(agg, x) for x in (left, right, *first, *second)] == snapshot
+
+
+def _fingerprint(agg: Aggregator[Any], item: Any) -> Any:
+    """A state's bytes, or an array's (its values' repr where they hold Python objects)."""
+    if isinstance(item, np.ndarray):
+        return repr(item.tolist()) if item.dtype.hasobject else item.tobytes()
+    return agg.to_bytes(item)
+
+
+#: The plain aggregators of :func:`build`, fed :func:`batches`.
+PLAIN = Flavor(
+    build=build,
+    batches=batches,
+    concat=lambda parts, value_type: concat(parts),
+    agree=agree,
+    empty_result=empty_result,
+    format_version=lambda agg: SKETCH_FORMAT if agg.approximate else FORMAT_VERSION,
+)
 
 
 # --- helpers of the semantics tests ---------------------------------------------------------

@@ -6,48 +6,34 @@ every op but the moments (see ``MOMENT_TOLERANCE``). Approximate ops are also ch
 the truth within their stated bound; ``approx_unique_count`` is compared exactly under every
 cut and merge order (its estimate is a function of the sketch's registers), and so is
 ``approx_percentile`` while KLL keeps every value (at most k = 200, always the case here).
+The laws shared with ``test_bucketed_laws`` are written once, in
+``aggregator_strategies.Flavor``; they run here on the plain aggregators (``PLAIN``).
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
-from typing import Any
 
 import numpy as np
 import pytest
 from aggregator_strategies import (
     ALL_CASES,
-    Batch,
+    CASES,
+    INVERTIBLE_CASES,
+    PLAIN,
     agree,
     batches,
     build,
     check_within_bound,
     concat,
-    empty_result,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timetile.core.aggregators import OPS, Aggregator
-from timetile.core.aggregators.codec import FORMAT_VERSION
-from timetile.core.aggregators.sketches import SKETCH_FORMAT
+from timetile.core.aggregators import OPS
 from timetile.core.types import ValueType
 
-CASES = [
-    pytest.param(op, value_type, id=f"{op}-{value_type.value}") for op, value_type in ALL_CASES
-]
-INVERTIBLE_CASES = [
-    pytest.param(op, value_type, id=f"{op}-{value_type.value}")
-    for op, value_type in ALL_CASES
-    if build(op, value_type).invertible
-]
-
 LAW_SETTINGS = settings(max_examples=15, deadline=None)
-
-
-def fold_all(agg: Aggregator[Any], parts: list[Batch]) -> Any:
-    return agg.fold(*concat(parts))
 
 
 def test_every_op_is_covered() -> None:
@@ -61,16 +47,7 @@ def test_every_op_is_covered() -> None:
 @LAW_SETTINGS
 @given(data=st.data())
 def test_init_is_the_identity(op: str, value_type: ValueType, data: st.DataObject) -> None:
-    agg = build(op, value_type)
-    (part,) = data.draw(batches(op, value_type, 1))
-    state = agg.fold(*part)
-    expected = agg.to_bytes(state)
-    assert agg.to_bytes(agg.merge(agg.init(), state)) == expected
-    assert agg.to_bytes(agg.merge(state, agg.init())) == expected
-    assert agg.to_bytes(agg.update(state, *concat([]))) == expected
-    result = agg.finalize(agg.init())
-    assert result == empty_result(op)
-    assert type(result) is type(empty_result(op))
+    PLAIN.init_is_the_identity(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
@@ -79,50 +56,21 @@ def test_init_is_the_identity(op: str, value_type: ValueType, data: st.DataObjec
 def test_merge_of_parts_equals_the_whole(
     op: str, value_type: ValueType, data: st.DataObject
 ) -> None:
-    agg = build(op, value_type)
-    left, right = data.draw(batches(op, value_type, 2))
-    whole = concat([left, right])
-    want = agg.finalize(agg.fold(*whole))
-    agree(agg, agg.finalize(agg.merge(agg.fold(*left), agg.fold(*right))), want, whole[0])
-    agree(agg, agg.finalize(agg.merge(agg.fold(*right), agg.fold(*left))), want, whole[0])
+    PLAIN.merge_is_the_fold_of_the_union(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
 @LAW_SETTINGS
 @given(data=st.data())
 def test_merge_is_associative(op: str, value_type: ValueType, data: st.DataObject) -> None:
-    agg = build(op, value_type)
-    parts = data.draw(batches(op, value_type, 3))
-    a, b, c = (agg.fold(*part) for part in parts)
-    left_first = agg.finalize(agg.merge(agg.merge(a, b), c))
-    right_first = agg.finalize(agg.merge(a, agg.merge(b, c)))
-    agree(agg, left_first, right_first, concat(parts)[0])
+    PLAIN.merge_is_associative(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
 @LAW_SETTINGS
 @given(data=st.data())
 def test_bytes_round_trip(op: str, value_type: ValueType, data: st.DataObject) -> None:
-    agg = build(op, value_type)
-    first, second = data.draw(batches(op, value_type, 2))
-    state = agg.merge(agg.fold(*first), agg.fold(*second))
-    values = concat([first, second])[0]
-    for candidate, its_values in ((agg.init(), values[:0]), (state, values)):
-        encoded = agg.to_bytes(candidate)
-        assert encoded[0] == (SKETCH_FORMAT if agg.approximate else FORMAT_VERSION)
-        decoded = agg.from_bytes(encoded)
-        if not agg.approximate:  # a sketch may lay out the same content differently
-            assert agg.to_bytes(decoded) == encoded
-        agree(agg, agg.finalize(decoded), agg.finalize(candidate), its_values)
-        assert repr(agg.finalize(decoded)) == repr(agg.finalize(candidate))
-    # A decoded state merges and updates like the original.
-    more = agg.fold(*first)
-    agree(
-        agg,
-        agg.finalize(agg.merge(agg.from_bytes(agg.to_bytes(state)), more)),
-        agg.finalize(agg.merge(state, more)),
-        concat([first, second, first])[0],
-    )
+    PLAIN.bytes_round_trip(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
@@ -157,24 +105,7 @@ def test_cut_does_not_matter(op: str, value_type: ValueType, data: st.DataObject
 @LAW_SETTINGS
 @given(data=st.data())
 def test_retract_undoes_update(op: str, value_type: ValueType, data: st.DataObject) -> None:
-    agg = build(op, value_type)
-    kept, removed = data.draw(batches(op, value_type, 2))
-    state = agg.fold(*kept)
-    grown = agg.update(state, *removed)
-    # Exactly: the same bytes, not only the same result.
-    assert agg.to_bytes(agg.retract(grown, *removed)) == agg.to_bytes(state)
-    assert agg.to_bytes(agg.retract(agg.fold(*concat([removed, kept])), *removed)) == agg.to_bytes(
-        state
-    )
-    # Retracted in pieces, in another order.
-    cut = data.draw(st.integers(0, len(removed[0])))
-    piecewise = agg.retract(grown, removed[0][cut:], removed[1][cut:])
-    piecewise = agg.retract(piecewise, removed[0][:cut], removed[1][:cut])
-    assert agg.to_bytes(piecewise) == agg.to_bytes(state)
-    # States form a group: a retraction folded first cancels a later insertion.
-    negative = agg.retract(agg.init(), *removed)
-    assert agg.to_bytes(agg.merge(negative, agg.fold(*removed))) == agg.to_bytes(agg.init())
-    assert agg.to_bytes(agg.merge(grown, negative)) == agg.to_bytes(state)
+    PLAIN.retract_undoes_update(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
@@ -183,26 +114,7 @@ def test_retract_undoes_update(op: str, value_type: ValueType, data: st.DataObje
 def test_no_method_mutates_its_arguments(
     op: str, value_type: ValueType, data: st.DataObject
 ) -> None:
-    agg = build(op, value_type)
-    first, second = data.draw(batches(op, value_type, 2))
-    left, right = agg.fold(*first), agg.fold(*second)
-    snapshot = [_fingerprint(agg, x) for x in (left, right, *first, *second)]
-
-    agg.update(left, *second)
-    agg.merge(left, right)
-    agg.merge(right, left)
-    agg.finalize(left)
-    agg.to_bytes(right)
-    if agg.invertible:
-        agg.retract(left, *second)
-
-    assert [_fingerprint(agg, x) for x in (left, right, *first, *second)] == snapshot
-
-
-def _fingerprint(agg: Aggregator[Any], item: Any) -> Any:
-    if isinstance(item, np.ndarray):
-        return copy.deepcopy(item.tolist()) if item.dtype == object else item.tobytes()
-    return agg.to_bytes(item)
+    PLAIN.no_method_mutates_its_arguments(op, value_type, data)
 
 
 @pytest.mark.parametrize(

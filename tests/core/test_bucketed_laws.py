@@ -3,7 +3,8 @@
 Batches are the ones of ``test_aggregator_laws`` (every awkward value, ties in time) with a
 bucket per row drawn from a few strings, ``''`` included. Beyond the laws, the defining
 property: a bucketed result is, bucket by bucket, the inner op's result over that bucket's
-rows alone, and None when there are none.
+rows alone, and None when there are none. The laws are those of ``test_aggregator_laws``,
+written once in ``aggregator_strategies.Flavor`` and run here through ``BUCKETED``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aggregator_strategies import ALL_CASES, agree, batches, build
+from aggregator_strategies import (
+    ALL_CASES,
+    CASES,
+    INVERTIBLE_CASES,
+    Batch,
+    Flavor,
+    agree,
+    batches,
+    build,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,18 +32,8 @@ from timetile.core.aggregators.bucketed import InvertibleBucketed
 from timetile.core.aggregators.codec import FORMAT_VERSION, encode
 from timetile.core.types import ValueType
 
-CASES = [
-    pytest.param(op, value_type, id=f"{op}-{value_type.value}") for op, value_type in ALL_CASES
-]
-INVERTIBLE_CASES = [
-    pytest.param(op, value_type, id=f"{op}-{value_type.value}")
-    for op, value_type in ALL_CASES
-    if build(op, value_type).invertible
-]
 LAW_SETTINGS = settings(max_examples=10, deadline=None)
 BUCKETS = ["", "a", "b", "日本"]
-
-Batch = tuple[np.ndarray, np.ndarray]
 
 
 def bucketed_batches(op: str, value_type: ValueType, count: int) -> st.SearchStrategy[list[Batch]]:
@@ -89,6 +89,19 @@ def bucketed(op: str, value_type: ValueType) -> Bucketed:
     return Bucketed(build(op, value_type))
 
 
+#: The laws' view of :class:`Bucketed` around each op: bucketed batches, results compared map
+#: by map, an empty state's result is None (even for count: a map, not a count), and the state
+#: bytes are a codec payload (the inner sketches' bytes inside).
+BUCKETED = Flavor(
+    build=bucketed,
+    batches=bucketed_batches,
+    concat=concat,
+    agree=agree_maps,
+    empty_result=lambda op: None,
+    format_version=lambda agg: FORMAT_VERSION,
+)
+
+
 @pytest.mark.parametrize(("op", "value_type"), CASES)
 @LAW_SETTINGS
 @given(data=st.data())
@@ -104,14 +117,7 @@ def test_the_result_is_the_op_bucket_by_bucket(op: str, value_type: ValueType,
 @LAW_SETTINGS
 @given(data=st.data())
 def test_init_is_the_identity(op: str, value_type: ValueType, data: st.DataObject) -> None:
-    agg = bucketed(op, value_type)
-    (part,) = data.draw(bucketed_batches(op, value_type, 1))
-    state = agg.fold(*part)
-    expected = agg.to_bytes(state)
-    assert agg.to_bytes(agg.merge(agg.init(), state)) == expected
-    assert agg.to_bytes(agg.merge(state, agg.init())) == expected
-    assert agg.to_bytes(agg.update(state, *concat([], value_type))) == expected
-    assert agg.finalize(agg.init()) is None  # even for count: a map, not a count
+    BUCKETED.init_is_the_identity(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
@@ -119,68 +125,31 @@ def test_init_is_the_identity(op: str, value_type: ValueType, data: st.DataObjec
 @given(data=st.data())
 def test_merge_is_the_fold_of_the_union(op: str, value_type: ValueType,
                                         data: st.DataObject) -> None:
-    agg = bucketed(op, value_type)
-    left, right = data.draw(bucketed_batches(op, value_type, 2))
-    whole = concat([left, right], value_type)
-    want = agg.finalize(agg.fold(*whole))
-    agree_maps(agg, agg.finalize(agg.merge(agg.fold(*left), agg.fold(*right))), want, whole[0])
-    agree_maps(agg, agg.finalize(agg.merge(agg.fold(*right), agg.fold(*left))), want, whole[0])
+    BUCKETED.merge_is_the_fold_of_the_union(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
 @LAW_SETTINGS
 @given(data=st.data())
 def test_merge_is_associative(op: str, value_type: ValueType, data: st.DataObject) -> None:
-    agg = bucketed(op, value_type)
-    parts = data.draw(bucketed_batches(op, value_type, 3))
-    a, b, c = (agg.fold(*part) for part in parts)
-    agree_maps(agg, agg.finalize(agg.merge(agg.merge(a, b), c)),
-               agg.finalize(agg.merge(a, agg.merge(b, c))), concat(parts, value_type)[0])
+    BUCKETED.merge_is_associative(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
 @LAW_SETTINGS
 @given(data=st.data())
 def test_bytes_round_trip(op: str, value_type: ValueType, data: st.DataObject) -> None:
-    agg = bucketed(op, value_type)
-    first, second = data.draw(bucketed_batches(op, value_type, 2))
-    state = agg.merge(agg.fold(*first), agg.fold(*second))
-    values = concat([first, second], value_type)[0]
-    for candidate in (agg.init(), state):
-        encoded = agg.to_bytes(candidate)
-        assert encoded[0] == FORMAT_VERSION
-        decoded = agg.from_bytes(encoded)
-        if not agg.approximate:  # a sketch may lay out the same content differently
-            assert agg.to_bytes(decoded) == encoded
-        agree_maps(agg, agg.finalize(decoded), agg.finalize(candidate), values)
-    more = agg.fold(*first)
-    agree_maps(agg, agg.finalize(agg.merge(agg.from_bytes(agg.to_bytes(state)), more)),
-               agg.finalize(agg.merge(state, more)), concat([first, second, first], value_type)[0])
+    BUCKETED.bytes_round_trip(op, value_type, data)
 
 
 @pytest.mark.parametrize(("op", "value_type"), INVERTIBLE_CASES)
 @LAW_SETTINGS
 @given(data=st.data())
 def test_retract_undoes_update(op: str, value_type: ValueType, data: st.DataObject) -> None:
-    agg = bucketed(op, value_type)
-    assert agg.invertible
-    kept, removed = data.draw(bucketed_batches(op, value_type, 2))
-    state = agg.fold(*kept)
-    grown = agg.update(state, *removed)
-    assert agg.to_bytes(agg.retract(grown, *removed)) == agg.to_bytes(state)
-    cut = data.draw(st.integers(0, len(removed[0])))
-    piecewise = agg.retract(grown, removed[0][cut:], removed[1][cut:])
-    piecewise = agg.retract(piecewise, removed[0][:cut], removed[1][:cut])
-    assert agg.to_bytes(piecewise) == agg.to_bytes(state)
+    agg, removed = BUCKETED.retract_undoes_update(op, value_type, data)
     # A bucket whose values are all retracted leaves the map: nothing left gives None.
     assert agg.retract(agg.fold(*removed), *removed) == {}
     assert agg.finalize(agg.retract(agg.fold(*removed), *removed)) is None
-    # States form a group, and unmerge undoes merge.
-    negative = agg.retract(agg.init(), *removed)
-    assert agg.to_bytes(agg.merge(negative, agg.fold(*removed))) == agg.to_bytes(agg.init())
-    assert agg.to_bytes(agg.merge(grown, negative)) == agg.to_bytes(state)
-    assert agg.to_bytes(agg.unmerge(grown, agg.fold(*removed))) == agg.to_bytes(state)
-    assert agg.to_bytes(agg.unmerge(grown, grown)) == agg.to_bytes(agg.init())
 
 
 @pytest.mark.parametrize(("op", "value_type"), CASES)
@@ -188,20 +157,7 @@ def test_retract_undoes_update(op: str, value_type: ValueType, data: st.DataObje
 @given(data=st.data())
 def test_no_method_mutates_its_arguments(op: str, value_type: ValueType,
                                          data: st.DataObject) -> None:
-    agg = bucketed(op, value_type)
-    first, second = data.draw(bucketed_batches(op, value_type, 2))
-    left, right = agg.fold(*first), agg.fold(*second)
-    snapshot = [agg.to_bytes(left), agg.to_bytes(right), repr(first[0].tolist()),
-                repr(second[0].tolist())]
-    agg.update(left, *second)
-    agg.merge(left, right)
-    agg.merge(right, left)
-    agg.finalize(left)
-    if agg.invertible:
-        agg.retract(left, *second)
-        agg.unmerge(left, right)
-    assert [agg.to_bytes(left), agg.to_bytes(right), repr(first[0].tolist()),
-            repr(second[0].tolist())] == snapshot
+    BUCKETED.no_method_mutates_its_arguments(op, value_type, data)
 
 
 def test_a_mutation_within_one_bucket_is_kept() -> None:
