@@ -1,8 +1,8 @@
-"""The online commands of ``timetile``: ``upload``, ``serve`` and ``fetch`` (DESIGN §5).
+"""The online commands of ``timetile``: ``upload``, ``serve``, ``fetch`` and ``consistency``.
 
-``upload`` runs on Spark (the active session, or a local one, as ``backfill`` does);
-``serve`` and ``fetch`` read the store only and start no Spark. :func:`register` adds the
-commands to the ``timetile`` app.
+``upload`` and ``consistency`` run on Spark (the active session, or a local one, as
+``backfill`` does); ``serve`` and ``fetch`` read the store only and start no Spark.
+:func:`register` adds the commands to the ``timetile`` app (DESIGN §5).
 """
 
 from __future__ import annotations
@@ -11,9 +11,12 @@ import re
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
@@ -27,10 +30,13 @@ from timetile.cli_common import (
     spark_session,
     user_errors,
 )
-from timetile.cli_render import print_features, print_upload
+from timetile.cli_render import format_float, print_features, print_upload
 from timetile.core.timeutil import ms_to_iso
 from timetile.online.store import KVStore, open_store
 from timetile.progress import JobProgress
+
+if TYPE_CHECKING:
+    from timetile.verify.results import ConsistencyReport
 
 _UPLOAD_EXAMPLE = """\
 [bold]Example[/]
@@ -65,6 +71,20 @@ _FETCH_EXAMPLE = """\
 
   [dim]--at is ISO 8601 (UTC when no offset is given) or epoch milliseconds; now by default.
   Features from an upload older than its slack are flagged stale.[/]
+"""
+
+_CONSISTENCY_EXAMPLE = """\
+[bold]Example[/]
+
+  [cyan]timetile serve examples/checkout_model.py --store lmdb:timetile-demo/store \\
+      --log-dir timetile-demo/responses[/]    [dim]# serve some requests, then stop it[/]
+  [cyan]timetile consistency examples/checkout_model.py --logs timetile-demo/responses \\
+      --output timetile-demo/consistency[/]
+
+  [dim]Recomputes every logged row with backfill at its request time and compares, per
+  feature: exact ops must match exactly, approximate ones lie within their error bounds.
+  Rows served from a late upload (stale) are counted, not compared. --output gets
+  features.parquet, differences.parquet and report.html (open it in a browser).[/]
 """
 
 _Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of errors.")]
@@ -161,8 +181,12 @@ def upload(
         with JobProgress(None, out) as progress, spark_session(progress) as spark:
             for field, group_by in _group_bys(defs, chosen):
                 with progress.stage(f"upload {group_by.name}"):
-                    written[group_by.name] = upload_group_by(group_by, spark, ds, store,
-                                                             field=field)
+                    keys, size, left_out = upload_group_by(group_by, spark, ds, store,
+                                                           field=field)
+                    written[group_by.name] = (keys, size)
+                    if left_out:
+                        out.print(f"[yellow]{group_by.name}: {left_out:,} source rows left "
+                                  "out (time or key null)[/yellow]")
         print_upload(out, written, store=store, ds=ds, seconds=time.perf_counter() - began)
 
 
@@ -240,13 +264,75 @@ def fetch(
                 problem = error.problems[0]
                 raise CliError(f"--key: {problem.message}. Fix: {problem.fix}.") from None
         stale = list(dict.fromkeys(result.stale))
-        columns = {name for name in result.features
-                   for part in chosen.join_parts if part.group_by.name in stale
-                   and name.startswith(f"{part.prefix}_{part.group_by.name}_" if part.prefix
-                                       else f"{part.group_by.name}_")}
+        columns = {name for part in chosen.join_parts if part.group_by.name in stale
+                   for name in part.output_columns()}
         keys = ", ".join(f"{name}={value}" for name, value in row.items())
         print_features(out, result.features, columns,
                        title=f"{chosen.name} at {ms_to_iso(when)} · {keys}", stale=stale)
+
+
+def consistency(
+    *,
+    defs: _Defs,
+    logs: Annotated[str, typer.Option(
+        help="The response-log directory (serve --log-dir): it holds one folder per Join.",
+        show_default=False)],
+    join: Annotated[str | None, typer.Option(
+        help="The Join's name, when the file defines several.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        help="Write features.parquet, differences.parquet and report.html here.",
+        show_default=False)] = None,
+    debug: _Debug = False,
+) -> None:
+    """Recompute the logged responses offline and report how each feature matches.
+
+    Runs on Spark. Prints, per feature, the rows compared, the mismatch rate, missing and
+    extra values, SMAPE for numbers and the edit distance for lists; exits 0 whether or not
+    features mismatch.
+    """
+    out = console()
+    with user_errors(debug):
+        from timetile.verify.consistency import (  # noqa: PLC0415  (Spark job)
+            ConsistencyError,
+            logs_path,
+        )
+        from timetile.verify.consistency import consistency as check  # noqa: PLC0415
+
+        chosen = pick_join(defs, load_joins(defs), join)
+        try:
+            logs_path(logs, chosen.name)  # fail before Spark starts
+            with JobProgress(None, out) as progress, spark_session(progress) as spark:
+                report = check(chosen, spark, logs, output=output, progress=progress)
+        except ConsistencyError as error:
+            raise CliError(f"{error}.") from None
+        print_consistency(out, report)
+
+
+def print_consistency(out: Console, report: ConsistencyReport) -> None:
+    """Print the per-feature table of a consistency report, then its summary line."""
+    table = Table(title=f"Consistency of {report.join} · {report.rows:,} logged rows",
+                  title_justify="left", show_edge=False)
+    for name in ("feature", "check", "rows", "stale", "matches", "mismatch", "missing",
+                 "extra", "SMAPE mean", "SMAPE max", "edit dist"):
+        table.add_column(name, justify="left" if name in ("feature", "check") else "right")
+
+    def number(value: float | None) -> Text:
+        return Text("-", style="dim") if value is None else Text(format_float(value))
+
+    for entry in report.features:
+        style = "red" if entry.mismatches else ""
+        table.add_row(Text(entry.feature, style=style), entry.check, f"{entry.rows:,}",
+                      f"{entry.stale:,}", f"{entry.matches:,}",
+                      Text(f"{entry.mismatch_rate:.2%}", style=style), f"{entry.missing:,}",
+                      f"{entry.extra:,}", number(entry.smape_mean), number(entry.smape_max),
+                      number(entry.edit_distance_mean))
+    out.print()
+    out.print(table)
+    good = len(report.matching) == len(report.features)
+    out.print(Text(report.summary(), style="bold green" if good else "bold yellow"))
+    if report.output is not None:
+        out.print(Text(f"wrote features.parquet, differences.parquet and report.html to "
+                       f"{report.output}"))
 
 
 def _check_keys(columns: list[str], row: dict[str, str]) -> None:
@@ -261,8 +347,9 @@ def _check_keys(columns: list[str], row: dict[str, str]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``upload``, ``serve`` and ``fetch`` to ``app``."""
+    """Add ``upload``, ``serve``, ``fetch`` and ``consistency`` to ``app``."""
     app.command(epilog=_UPLOAD_EXAMPLE)(upload)
     app.command(epilog=_SERVE_EXAMPLE)(serve)
     app.command(epilog=_FETCH_EXAMPLE)(fetch)
+    app.command(epilog=_CONSISTENCY_EXAMPLE)(consistency)
 

@@ -184,3 +184,25 @@ def test_the_worked_timeline_of_docs_entities(spark: Any) -> None:
            for row in rows}
     assert [got[t] for t in times] == [(4.5, 4.5), (4.5, 4.5), (4.0, 4.5), (2.67, 4.5),
                                        (2.0, 4.5), (2.0, 2.0)]
+
+
+def test_wide_rows_with_nested_columns(spark: Any) -> None:
+    """Columns a part does not read never enter its row images; nested ones it reads work."""
+    snapshots = spark.createDataFrame(
+        [("2024-01-01", 1, 5.0, ["a", "b"], {"k": 1}), ("2024-01-01", 2, 7.0, ["c"], {})],
+        "ds string, user_id long, balance double, tags array<string>, extra map<string,int>")
+    mutations = spark.createDataFrame(
+        [(1, 5.0, ["a", "b"], {"k": 1}, 1704157200000, True),
+         (1, 6.0, ["a"], {"k": 2}, 1704157200000, False)],
+        "user_id long, balance double, tags array<string>, extra map<string,int>, "
+        "mutation_ts long, is_before boolean")
+    source = tt.EntitySource(snapshots, mutation_table=mutations)
+    totals = tt.GroupBy("totals", source, ["user_id"], [tt.Aggregation("balance", "sum")])
+    tags = tt.GroupBy("tags", tt.EntitySource(snapshots, mutation_table=mutations,
+                                              select=["user_id", "tags"]), ["user_id"])
+    queries = spark.createDataFrame([(1, 1704160800000), (2, 1704160800000)],
+                                    "user_id long, ts long")
+    rows = {row["user_id"]: row for row in tt.backfill(
+        tt.Join("wide", tt.EventSource(queries), [totals, tags]), spark).collect()}
+    assert (rows[1]["totals_balance_sum"], rows[1]["tags_tags"]) == (6.0, ["a"])
+    assert (rows[2]["totals_balance_sum"], rows[2]["tags_tags"]) == (7.0, ["c"])

@@ -138,3 +138,26 @@ def test_missing_keys_late_uploads_and_bad_rows(spark: Any, store_uri: str) -> N
         for lossy in (1.7, True):
             with pytest.raises(tt.DefinitionError, match="user_id"):
                 fetcher.fetch([{"user_id": lossy}])
+
+
+def test_uploads_in_flight_changed_definitions_and_unfinished_days(spark: Any,
+                                                                   store_uri: str) -> None:
+    events = spark.createDataFrame(
+        [(1, DAY_END - HOUR_MS, 2.0), (1, DAY_END + HOUR_MS, 3.0)],
+        "user_id long, ts long, amount double")
+    users = tt.GroupBy("users", tt.EventSource(events), ["user_id"],
+                       [tt.Aggregation("amount", "count", windows=["7d"])])
+    join = tt.Join("online", tt.EventSource(events), [users])
+    upload(users, spark, DS, store_uri)
+    with open_store(store_uri) as store:
+        fetcher = Fetcher(join, store)  # reads the metadata of DS
+        upload(users, spark, "2024-01-03", store_uri)  # the next day's records land
+        at = DAY_END + DAY_MS + HOUR_MS
+        # records newer than the fetcher's metadata answer by themselves
+        assert fetcher.fetch([{"user_id": 1}], at=at)[0].features == {"users_amount_count_7d": 2}
+        wider = tt.GroupBy("users", tt.EventSource(events), ["user_id"], [
+            tt.Aggregation("amount", "count", windows=["7d", "30d"])])
+        with pytest.raises(NotUploadedError, match="changed since its upload"):
+            Fetcher(tt.Join("online", tt.EventSource(events), [wider]), store)
+    with pytest.raises(tt.DefinitionError, match="has not ended yet"):
+        upload(users, spark, "2999-01-01", store_uri)

@@ -11,6 +11,7 @@ from timetile.api.aggregation import Aggregation
 from timetile.api.errors import DefinitionError, Problem
 from timetile.api.sources import EntitySource, EventSource
 from timetile.api.windows import Window
+from timetile.core.timeutil import DAY_MS
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -157,6 +158,31 @@ class GroupBy:
                         f"{window.name} is not a whole number of periods of {source.period}",
                         f"use windows and hops that are multiples of {source.period}"))
         return problems
+
+    @property
+    def floors(self) -> tuple[int, ...]:
+        """Round a query's time down to a multiple of each of these, in turn, first.
+
+        ``(DAY_MS,)`` under SNAPSHOT accuracy (the value as of the end of the previous day),
+        then a pre-aggregated source's period (the value as of its last landed period);
+        empty for TEMPORAL features of raw events. Offline and online both apply it.
+        """
+        floors = [DAY_MS] if self.accuracy is Accuracy.SNAPSHOT else []
+        if isinstance(self.source, EventSource) and self.source.period_ms is not None:
+            floors.append(self.source.period_ms)
+        return tuple(floors)
+
+    def as_of(self, at: int) -> int:
+        """Return when this GroupBy's windows end for a query at ``at`` (see :attr:`floors`).
+
+        >>> from timetile.api.sources import EventSource
+        >>> GroupBy("g", EventSource("t", period="1h"), ["k"], [Aggregation("x", "sum")],
+        ...         accuracy=Accuracy.SNAPSHOT).as_of(2 * 86_400_000 + 5)
+        172800000
+        """
+        for floor in self.floors:
+            at -= at % floor
+        return at
 
     @property
     def time_column(self) -> str | None:

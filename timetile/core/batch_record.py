@@ -35,8 +35,10 @@ from timetile.core.windows import WindowKind, window_interval
 
 #: The first element of every encoded record; bump it when the layout changes.
 RECORD_VERSION = 1
-#: How long after ``day_end`` a record answers exactly: until the next daily upload.
-DEFAULT_SLACK_MS = DAY_MS
+#: How long after ``day_end`` a record answers exactly: past the next daily upload.
+#: Two days: the upload of day D can only start once D has ended, and the previous record
+#: must still answer exactly until the new one lands.
+DEFAULT_SLACK_MS = 2 * DAY_MS
 
 #: A column's non-null values and their event times, sorted by time.
 Series = tuple[np.ndarray, np.ndarray]
@@ -49,7 +51,8 @@ class OnlineFeature:
     Attributes:
         name: the column name without any join-part prefix.
         series: the values it reads: the aggregated column's name, or for a bucketed
-            feature ``"{column}/{bucket}"`` (see :func:`series_name`).
+            feature its column and bucket joined by :data:`SERIES_SEPARATOR` (see
+            :func:`series_name`).
         aggregator: the op (a ``Bucketed`` one for a bucketed feature).
         window: (kind, length, hop) of the window.
         value_type: the column's type.
@@ -76,9 +79,24 @@ class OnlineFeature:
         return body, (first_start, day_end)
 
 
+#: Joins a bucketed feature's column and bucket column in its series name: a NUL, which no
+#: Spark column name holds, so the split is never ambiguous.
+SERIES_SEPARATOR = "\x00"
+
+
 def series_name(column: str, bucket: str | None) -> str:
-    """Return the name of the values a feature reads: its column, or column and bucket."""
-    return column if bucket is None else f"{column}/{bucket}"
+    """Return the name of the values a feature reads: its column, or column and bucket.
+
+    >>> split_series(series_name("amount", "category"))
+    ('amount', 'category')
+    """
+    return column if bucket is None else f"{column}{SERIES_SEPARATOR}{bucket}"
+
+
+def split_series(series: str) -> tuple[str, str | None]:
+    """Return the (column, bucket column or None) of a series name."""
+    column, separator, bucket = series.partition(SERIES_SEPARATOR)
+    return column, (bucket if separator else None)
 
 
 def _in(times: np.ndarray, low: int, high: int) -> np.ndarray:

@@ -34,9 +34,17 @@ Image = tuple[Any, ...]
 
 
 def _canonical(value: Any) -> Any:
-    """Return a value as a dict key where NaN equals NaN, as Spark groups values."""
+    """Return a value as a dict key where NaN equals NaN, as Spark groups values.
+
+    Arrays become tuples and maps sorted tuples of pairs, recursively, so a row with nested
+    columns is a key too.
+    """
     if isinstance(value, float) and math.isnan(value):
         return ("NaN",)
+    if isinstance(value, (list, tuple)):
+        return ("[]", *map(_canonical, value))
+    if isinstance(value, dict):
+        return ("{}", *sorted((repr(k), _canonical(v)) for k, v in value.items()))
     return value
 
 

@@ -7,7 +7,7 @@ schemas here, so a bad definition fails before any work starts (DESIGN §2).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -235,14 +235,6 @@ def _load_left(join: Join, spark: SparkSession) -> tuple[DataFrame, CountedSourc
                                "partition")
 
 
-def _floors(group_by: GroupBy) -> tuple[int, ...]:
-    floors = [DAY_MS] if group_by.accuracy is Accuracy.SNAPSHOT else []
-    source = group_by.source
-    if isinstance(source, EventSource) and source.period_ms is not None:
-        floors.append(source.period_ms)
-    return tuple(floors)
-
-
 def _entity_problems(join: Join) -> None:
     for index, part in enumerate(join.join_parts):
         group_by = part.group_by
@@ -295,8 +287,8 @@ def plan_backfill(join: Join, spark: SparkSession) -> BackfillPlan:
             for name, window, bucket in aggregation.outputs(group_by.name, part.prefix)
         )
         if isinstance(frame, EntityTables):
-            parts.append(EntityPartPlan(part, frame, features, group_by.lookup_columns,
-                                        _floors(group_by)))
+            parts.append(EntityPartPlan(part, _read_columns(frame, group_by), features,
+                                        group_by.lookup_columns, group_by.floors))
             continue
         value_columns = sorted({feature.aggregation.column for feature in features}
                                | {f.bucket for f in features if f.bucket is not None})
@@ -305,8 +297,24 @@ def plan_backfill(join: Join, spark: SparkSession) -> BackfillPlan:
         for key in group_by.keys:
             usable &= F.col(key).isNotNull()
         events = frame.where(usable).select(*keys, TIME, *value_columns)
-        parts.append(PartPlan(part, events, features, _floors(group_by)))
+        parts.append(PartPlan(part, events, features, group_by.floors))
     return BackfillPlan(join, left, left_columns, tuple(parts), tuple(counted))
+
+
+def _read_columns(tables: EntityTables, group_by: GroupBy) -> EntityTables:
+    """Narrow an entity's row images to the columns this GroupBy reads.
+
+    Keys, aggregated and bucket columns, the time column and a lookup's columns: the rest of
+    a wide table never travels. Projecting images keeps every result the same, because a
+    multiset's projection commutes with inserting and retracting (for retractions that match
+    a row, which are the ones applied).
+    """
+    used = {*group_by.keys, *group_by.lookup_columns}
+    if group_by.time_column is not None:
+        used.add(group_by.time_column)
+    for aggregation in group_by.aggregations or ():
+        used.update([aggregation.column, *(aggregation.buckets or ())])
+    return replace(tables, row_columns=tuple(c for c in tables.row_columns if c in used))
 
 
 def _counted(group_by: GroupBy, frame: DataFrame | EntityTables) -> list[CountedSource]:

@@ -27,27 +27,31 @@ from timetile.online.layout import (
     META_TABLE,
     GroupByMeta,
     KeyValueError,
-    as_of,
     batch_table,
     check_servable,
     decode_events,
     encode_key,
+    feature_signature,
     online_features,
     series_dtypes,
     tile_table,
 )
 from timetile.online.store import KVStore
 
-#: Decoded records and tiles kept per fetcher: they never change until the next upload (a
-#: new record is new bytes), so fetches of hot keys skip decoding.
-CACHE_ENTRIES = 100_000
+#: Bytes of encoded records (and of tiles) whose decoded form a fetcher keeps: they never
+#: change until the next upload (a new record is new bytes), so hot keys skip decoding.
+CACHE_BYTES = 256 * 2**20
 
 
 class _DecodeCache:
-    """Bytes → their decoded value, least recently used out first. Thread-safe."""
+    """Bytes → their decoded value, least recently used out first. Thread-safe.
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    Bounded by the total length of the cached bytes (decoded values are a small multiple).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.held = 0
         self._items: OrderedDict[bytes, Any] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -60,9 +64,12 @@ class _DecodeCache:
                 return value
         value = decode(data)
         with self._lock:
-            self._items[data] = value
-            if len(self._items) > self.size:
-                self._items.popitem(last=False)
+            if data not in self._items:
+                self._items[data] = value
+                self.held += len(data)
+            while self.held > self.capacity and self._items:
+                evicted, _ = self._items.popitem(last=False)
+                self.held -= len(evicted)
         return value
 
 
@@ -115,8 +122,8 @@ class Fetcher:
         self.store = store
         self.clock = clock
         self._served: dict[str, _Served] = {}
-        self._records = _DecodeCache(CACHE_ENTRIES)
-        self._tiles = _DecodeCache(CACHE_ENTRIES)
+        self._records = _DecodeCache(CACHE_BYTES)
+        self._tiles = _DecodeCache(CACHE_BYTES)
         for index, part in enumerate(join.join_parts):
             check_servable(part.group_by, f"parts[{index}]")
         self.refresh()
@@ -134,7 +141,14 @@ class Fetcher:
         served = {}
         for name, data in zip(names, metas, strict=True):
             assert data is not None
-            meta = GroupByMeta.from_bytes(data)
+            try:
+                meta = GroupByMeta.from_bytes(data)
+            except ValueError as error:
+                raise NotUploadedError(f"GroupBy {name}: {error}") from None
+            if meta.signature != feature_signature(group_bys[name]):
+                raise NotUploadedError(
+                    f"GroupBy {name} changed since its upload (features, keys or accuracy "
+                    f"differ from what the store holds). Fix: run `timetile upload` for it")
             features = online_features(group_bys[name], meta.value_types)
             served[name] = _Served(group_bys[name], meta, features, series_dtypes(features))
         self._served = served
@@ -188,7 +202,7 @@ class Fetcher:
         served = self._served[part.group_by.name]
         meta, group_by = served.meta, part.group_by
         keys = self._keys(part, rows, meta)
-        when = as_of(group_by, at)
+        when = group_by.as_of(at)
         records = self.store.multi_get(batch_table(group_by.name), keys)
         tiles = self.store.get_tiles(tile_table(group_by.name), keys, meta.day_end, when + 1)
         prefix = f"{part.prefix}_" if part.prefix else ""
@@ -196,8 +210,8 @@ class Fetcher:
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
             record = empty if data is None else self._records.get(
                 data, lambda raw: read_record(raw, served.features, served.dtypes))
-            if record.day_end != meta.day_end:  # the last upload found no event of this key
-                record = empty
+            if record.day_end < meta.day_end:  # the last upload found no event of this key
+                record = empty  # (a newer one is an upload under way: it answers by itself)
             if not record.covers(when) and group_by.name not in result.stale:
                 result.stale.append(group_by.name)
             recent = _recent([self._tiles.get(value, lambda raw: decode_events(

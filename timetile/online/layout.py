@@ -17,6 +17,7 @@ the backfill runs.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from timetile.api.errors import DefinitionError
-from timetile.api.group_by import Accuracy, GroupBy
+from timetile.api.group_by import GroupBy
 from timetile.api.sources import EventSource
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Bucketed, make_aggregator
@@ -36,6 +37,7 @@ from timetile.core.batch_record import (
     decode_series,
     encode_series,
     series_name,
+    split_series,
 )
 from timetile.core.timeutil import HOUR_MS
 from timetile.core.types import ValueType
@@ -43,7 +45,7 @@ from timetile.core.types import ValueType
 META_TABLE = "tt_meta"
 #: Streaming tiles span this long: a fetch reads the tiles since the batch record's day end.
 TILE_MS = HOUR_MS
-_META_VERSION = 1
+_META_VERSION = 2
 _TILE_VERSION = 1
 
 
@@ -74,6 +76,8 @@ class GroupByMeta:
         slack: how long after ``day_end`` its records answer exactly.
         key_types: the coarse type of each key column, in key order.
         value_types: the coarse type of each aggregated (or bucket) column.
+        signature: the features the records hold (:func:`feature_signature`): a fetcher
+            whose definition gives another one refuses to serve them.
 
     """
 
@@ -81,11 +85,12 @@ class GroupByMeta:
     slack: int
     key_types: tuple[str, ...]
     value_types: Mapping[str, str]
+    signature: str = ""
 
     def to_bytes(self) -> bytes:
         """Encode for the store."""
         return encode((_META_VERSION, self.day_end, self.slack, self.key_types,
-                       tuple(sorted(self.value_types.items()))))
+                       tuple(sorted(self.value_types.items())), self.signature))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> GroupByMeta:
@@ -98,8 +103,8 @@ class GroupByMeta:
         decoded: Any = decode(data)
         if not isinstance(decoded, tuple) or decoded[0] != _META_VERSION:
             raise ValueError("not timetile upload metadata of this version: re-run upload")
-        _, day_end, slack, keys, values = decoded
-        return cls(day_end, slack, tuple(keys), dict(values))
+        _, day_end, slack, keys, values, signature = decoded
+        return cls(day_end, slack, tuple(keys), dict(values), signature)
 
 
 def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[OnlineFeature, ...]:
@@ -120,20 +125,24 @@ def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[
     return tuple(features)
 
 
+def feature_signature(group_by: GroupBy) -> str:
+    """Return a digest of what a GroupBy's records hold: its features, keys and floors.
+
+    Upload stores it; a fetcher compares it with its own definition's, so a definition
+    changed since the upload (a window added, a column dropped) is refused, not served wrong.
+    """
+    parts = [group_by.name, repr(tuple(group_by.keys)), repr(group_by.floors)]
+    parts.extend(repr((a.column, a.op, a.k, a.percentiles, a.buckets,
+                       [None if w is None else w.name for w in a.window_list]))
+                 for a in group_by.aggregations or ())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 def series_dtypes(features: Sequence[OnlineFeature]) -> dict[str, np.dtype[Any]]:
     """Return the numpy dtype of each series the features read."""
-    return {feature.series: (bucketed_dtype(feature.value_type) if "/" in feature.series
+    return {feature.series: (bucketed_dtype(feature.value_type)
+                             if split_series(feature.series)[1] is not None
                              else feature.value_type.numpy_dtype) for feature in features}
-
-
-def as_of(group_by: GroupBy, at: int) -> int:
-    """Return when ``group_by``'s windows end for a fetch at ``at`` (SNAPSHOT, periods)."""
-    if group_by.accuracy is Accuracy.SNAPSHOT:
-        at -= at % 86_400_000
-    source = group_by.source
-    if isinstance(source, EventSource) and source.period_ms is not None:
-        at -= at % source.period_ms
-    return at
 
 
 def _cast_key(value: Any, kind: str) -> Any:

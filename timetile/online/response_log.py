@@ -237,9 +237,12 @@ class ResponseLog:
                     os.link(temporary, path)
                 except FileExistsError:  # another process wrote that name: take the next
                     continue
+                except OSError:  # no hard links here: a rename to a name only we use
+                    path = folder / f"part-{stamp:013d}-{next(self._seq):06d}-{os.getpid()}.parquet"
+                    os.replace(temporary, path)
                 return path
         finally:
-            temporary.unlink()
+            temporary.unlink(missing_ok=True)
 
 
 def _table(entries: Sequence[_Entry]) -> pa.Table:

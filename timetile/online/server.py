@@ -153,11 +153,11 @@ class _Service:
         try:
             for entry in self.joins.values():
                 entry.try_fetcher()
+            self.response_log = ResponseLog(log_dir) if log_dir is not None else None
         except BaseException:
             if self.owns_store:
                 self.store.close()
             raise
-        self.response_log = ResponseLog(log_dir) if log_dir is not None else None
 
     def close(self) -> None:
         """Flush the response log and close the store if the service opened it."""
@@ -189,6 +189,9 @@ class _Service:
             problem = error.problems[0]
             raise ApiError(422, f"{problem.field}: {problem.message}", problem.field,
                            problem.fix) from None
+        except ValueError as error:  # a record of another version: the upload is out of date
+            raise ApiError(503, f"Join {name!r} cannot read its store: {error}", "join",
+                           UPLOAD_FIX) from None
         for result in results:  # a GroupBy joined twice (a prefixed part) is stale once
             result.stale = list(dict.fromkeys(result.stale))
         if self.response_log is not None:

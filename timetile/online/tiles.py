@@ -1,7 +1,8 @@
 """The streaming-tile write path: events since the last upload, as tiles in the store.
 
-The streaming job writes each micro-batch through :func:`put_events`; users with their own
-stream processor, and tests, call it directly. Events are grouped by (entity key, tile of
+The streaming job (:mod:`timetile.streaming.job`) writes each micro-batch through a
+:class:`TileWriter`; users with their own stream processor, and tests, call
+:func:`put_events`. Events are grouped by (entity key, tile of
 :data:`~timetile.online.layout.TILE_MS`) and each group is written under the batch's id, so
 writing the same batch again replaces its entries: a replayed micro-batch never double
 counts. Events older than the upload's day end are already in the batch records (or, if they
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 
 from timetile.api.group_by import GroupBy
 from timetile.core.aggregators import bucketed_values
-from timetile.core.batch_record import Series
+from timetile.core.batch_record import Series, split_series
 from timetile.core.types import ValueType
 from timetile.online.layout import (
     META_TABLE,
@@ -36,13 +37,15 @@ from timetile.online.store import KVStore
 
 @dataclass(frozen=True)
 class TileWriteReport:
-    """What one :func:`put_events` call did.
+    """What one write of events did; every event lands in exactly one count.
 
     Attributes:
         written: events written into tiles.
         late: events before the upload's day end: not written (the next upload has them).
         unusable: events with a null time or a null key: not written.
         tiles: (key, tile) entries written.
+        behind_watermark: events at or after the day end but before the stream's watermark:
+            not written (the next upload has them). Always 0 without a watermark.
 
     """
 
@@ -50,6 +53,7 @@ class TileWriteReport:
     late: int
     unusable: int
     tiles: int
+    behind_watermark: int = 0
 
 
 def _millis(column: pa.ChunkedArray) -> list[int | None]:
@@ -59,8 +63,117 @@ def _millis(column: pa.ChunkedArray) -> list[int | None]:
     return [None if t is None else int(t) for t in column.to_pylist()]
 
 
+def read_meta(store: KVStore, group_by: GroupBy) -> GroupByMeta:
+    """Return the metadata the last upload of ``group_by`` wrote to ``store``.
+
+    Raises:
+        LookupError: ``group_by`` was never uploaded to ``store``.
+
+    """
+    data = store.multi_get(META_TABLE, [group_by.name.encode()])[0]
+    if data is None:
+        raise LookupError(f"GroupBy {group_by.name!r} has no upload in this store. Fix: run "
+                          "`timetile upload` for it first")
+    return GroupByMeta.from_bytes(data)
+
+
+class TileWriter:
+    """Writes one GroupBy's events as streaming tiles, as of one upload.
+
+    Built on the driver from the definition and the upload's metadata; it holds only names,
+    the metadata and the features, never the definition (whose source may be a DataFrame),
+    so it pickles to Spark executors.
+
+    Args:
+        group_by: the definition.
+        meta: the upload's metadata (:func:`read_meta`): its day end and column types.
+        time_column: the events' time column (epoch ms or a timestamp); the source's
+            ``time_column`` by default.
+
+    Raises:
+        DefinitionError: ``group_by`` cannot be served online.
+
+    """
+
+    def __init__(self, group_by: GroupBy, meta: GroupByMeta, *,
+                 time_column: str | None = None) -> None:
+        check_servable(group_by)
+        time_column = time_column or group_by.time_column
+        assert time_column is not None
+        self.name = group_by.name
+        self.table = tile_table(group_by.name)
+        self.keys = tuple(group_by.keys)
+        self.time_column = time_column
+        self.meta = meta
+        self.series = {feature.series: feature.value_type
+                       for feature in online_features(group_by, meta.value_types)}
+
+    @classmethod
+    def from_store(cls, store: KVStore, group_by: GroupBy, *,
+                   time_column: str | None = None) -> TileWriter:
+        """Return a writer as of the last upload of ``group_by`` to ``store``.
+
+        Raises:
+            LookupError: ``group_by`` was never uploaded to ``store``.
+
+        """
+        return cls(group_by, read_meta(store, group_by), time_column=time_column)
+
+    @property
+    def columns(self) -> list[str]:
+        """The event columns a write reads: keys, time, then aggregated and bucket columns."""
+        values = sorted({part for name in self.series for part in split_series(name)
+                         if part is not None})
+        return [*self.keys, self.time_column, *values]
+
+    def write(self, store: KVStore, events: pa.Table, batch: str, *,
+              watermark: int | None = None) -> TileWriteReport:
+        """Write one batch of events as tiles under the member ``batch``; one ``put_tiles``.
+
+        Every event of one (key, tile) must be in this call: the entry of (key, tile,
+        ``batch``) is replaced, not added to. Writing the same events under the same ``batch``
+        again rewrites the same entries. O(rows) Python work plus the encoding.
+
+        Args:
+            store: where to write.
+            events: the source's rows after its ``select`` and ``where``: at least
+                :attr:`columns`.
+            batch: the batch's id, stable across replays (e.g. the micro-batch id).
+            watermark: epoch ms; events at or after the day end but before it are counted
+                in ``behind_watermark`` and not written. None: no such cut.
+
+        """
+        meta = self.meta
+        times = _millis(events.column(self.time_column))
+        keys = list(zip(*(events.column(key).to_pylist() for key in self.keys), strict=True))
+        usable = np.array([t is not None and all(k is not None for k in key)
+                           for t, key in zip(times, keys, strict=True)], dtype=bool)
+        stamp = np.array([t if t is not None else 0 for t in times], dtype=np.int64)
+        late = usable & (stamp < meta.day_end)
+        behind = (usable & ~late & (stamp < watermark) if watermark is not None
+                  else np.zeros_like(usable))
+        kept = np.flatnonzero(usable & ~late & ~behind)
+        groups: dict[tuple[bytes, int], list[int]] = {}
+        for row in kept:
+            key = encode_key(keys[row], meta.key_types)
+            groups.setdefault((key, int(stamp[row] - stamp[row] % TILE_MS)), []).append(int(row))
+        columns = {name: events.column(name).to_pylist()
+                   for name in {*meta.value_types} if name in events.column_names}
+        entries = []
+        for (key, tile), rows in groups.items():
+            series = {name: _series(name, value_type, columns, rows, stamp)
+                      for name, value_type in self.series.items()}
+            entries.append((key, tile, batch.encode(), encode_events(series)))
+        if entries:
+            store.put_tiles(self.table, entries)
+        return TileWriteReport(len(kept), int(late.sum()), int((~usable).sum()), len(entries),
+                               int(behind.sum()))
+
+
 def put_events(store: KVStore, group_by: GroupBy, events: pa.Table, batch: str) -> TileWriteReport:
     """Write one batch of ``group_by``'s events as streaming tiles.
+
+    Reads the upload's metadata, then :meth:`TileWriter.write` (see there for the promises).
 
     Args:
         store: the store ``upload`` wrote to (its metadata gives the column types).
@@ -74,43 +187,13 @@ def put_events(store: KVStore, group_by: GroupBy, events: pa.Table, batch: str) 
 
     """
     check_servable(group_by)
-    data = store.multi_get(META_TABLE, [group_by.name.encode()])[0]
-    if data is None:
-        raise LookupError(f"GroupBy {group_by.name!r} has no upload in this store. Fix: run "
-                          "`timetile upload` for it first")
-    meta = GroupByMeta.from_bytes(data)
-    features = online_features(group_by, meta.value_types)
-    time_column = group_by.time_column
-    assert time_column is not None
-    times = _millis(events.column(time_column))
-    keys = list(zip(*(events.column(key).to_pylist() for key in group_by.keys), strict=True))
-    usable = np.array([t is not None and all(k is not None for k in key)
-                       for t, key in zip(times, keys, strict=True)], dtype=bool)
-    stamp = np.array([t if t is not None else 0 for t in times], dtype=np.int64)
-    late = usable & (stamp < meta.day_end)
-    kept = np.flatnonzero(usable & ~late)
-    groups: dict[tuple[bytes, int], list[int]] = {}
-    for row in kept:
-        key = encode_key(keys[row], meta.key_types)
-        groups.setdefault((key, int(stamp[row] - stamp[row] % TILE_MS)), []).append(int(row))
-    columns = {name: events.column(name).to_pylist()
-               for name in {*meta.value_types} if name in events.column_names}
-    entries = []
-    for (key, tile), rows in groups.items():
-        series: dict[str, Series] = {}
-        for feature in features:
-            if feature.series not in series:
-                series[feature.series] = _series(feature.series, feature.value_type, columns,
-                                                 rows, stamp)
-        entries.append((key, tile, batch.encode(), encode_events(series)))
-    store.put_tiles(tile_table(group_by.name), entries)
-    return TileWriteReport(len(kept), int(late.sum()), int((~usable).sum()), len(entries))
+    return TileWriter.from_store(store, group_by).write(store, events, batch)
 
 
 def _series(name: str, value_type: ValueType, columns: dict[str, list[Any]],
             rows: list[int], stamp: np.ndarray) -> Series:
     """Return a series' non-null values (with buckets for ``column/bucket``) and times."""
-    column, _, bucket = name.partition("/")
+    column, bucket = split_series(name)
     values = columns[column]
     buckets = columns[bucket] if bucket else None
     kept = [row for row in rows if values[row] is not None

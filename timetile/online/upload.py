@@ -14,6 +14,7 @@ backfill does (``timetile.offline.sources``), so both sides see the same rows.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +25,19 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from timetile.api.errors import DefinitionError
+from timetile.api.errors import DefinitionError, Problem
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EventSource
 from timetile.core.aggregators import bucketed_values
-from timetile.core.batch_record import DEFAULT_SLACK_MS, OnlineFeature, Series, build_record
+from timetile.core.batch_record import (
+    DEFAULT_SLACK_MS,
+    OnlineFeature,
+    Series,
+    build_record,
+    split_series,
+)
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.core.windows import WindowKind
 from timetile.offline.sorted_groups import group_bounds, whole_groups
@@ -41,22 +48,30 @@ from timetile.online.layout import (
     batch_table,
     check_servable,
     encode_key,
+    feature_signature,
     online_features,
 )
 from timetile.online.store import open_store
 
 log = logging.getLogger(__name__)
+#: The coarse types an online key column may have (see ``layout.encode_key``).
+KEY_TYPES = ("int", "string", "bool", "float")
 #: Records per ``multi_put`` from an executor.
 PUT_BATCH = 500
 
 
 @dataclass(frozen=True)
 class UploadReport:
-    """What an upload wrote, per GroupBy: ``{name: (keys, bytes)}``, and its day end."""
+    """What an upload wrote, per GroupBy: ``{name: (keys, bytes)}``, and its day end.
+
+    ``left_out`` counts, per GroupBy, the source rows no record holds because their time or
+    a key is null.
+    """
 
     ds: str
     day_end: int
     written: dict[str, tuple[int, int]]
+    left_out: dict[str, int]
 
 
 def _group_bys(target: Join | GroupBy) -> list[GroupBy]:
@@ -86,7 +101,7 @@ class _RecordWriter:
         for feature in self.features:
             if feature.series in series:
                 continue
-            column, _, bucket = feature.series.partition("/")
+            column, bucket = split_series(feature.series)
             valid = pc.is_valid(group.column(column))
             if bucket:
                 valid = pc.and_(valid, pc.is_valid(group.column(bucket)))
@@ -132,25 +147,40 @@ def _horizon(features: Sequence[OnlineFeature], day_end: int) -> int | None:
 
 def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: str,
                     *, slack_ms: int = DEFAULT_SLACK_MS, field: str = "group_by"
-                    ) -> tuple[int, int]:
-    """Upload one GroupBy's records as of the end of ``ds``; return (keys, bytes) written.
+                    ) -> tuple[int, int, int]:
+    """Upload one GroupBy's records as of the end of ``ds``.
+
+    Returns (keys written, bytes written, source rows left out because their time or a key
+    is null: counted with one more scan, and logged).
 
     Raises:
-        DefinitionError: the GroupBy cannot be served, or does not fit its source's schema.
+        DefinitionError: the GroupBy cannot be served, does not fit its source's schema, has
+            keys of a type online keys cannot be, ``ds`` has not ended, or an embedded store
+            is given to executors that may run on other machines.
 
     """
     check_servable(group_by, field)
     assert isinstance(group_by.source, EventSource)
+    day_end = date_to_ms(ds) + DAY_MS
+    if day_end > time.time() * 1000:
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", "ds", f"{ds} has not ended yet (UTC), so its events "
+            "are not all there", "upload a day that has ended; the stream covers today")
+    _check_store(spark, store_uri)
     frame = load_events(spark, group_by.source, f"{field}.source")
     schema = coarse_schema(frame.drop(TIME))
     problems = group_by_problems(group_by, schema, f"{field}.")
+    problems += [Problem(f"{field}.keys", f"key {key!r} is {schema[key]}, which online keys "
+                         "cannot be", f"cast it in the source's select to one of "
+                         f"{', '.join(KEY_TYPES)}")
+                 for key in group_by.keys if schema.get(key, "int") not in KEY_TYPES]
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
-    day_end = date_to_ms(ds) + DAY_MS
     columns = sorted({a.column for a in group_by.aggregations or ()}
                      | {b for a in group_by.aggregations or () for b in a.buckets or ()})
     meta = GroupByMeta(day_end, slack_ms, tuple(schema[k] for k in group_by.keys),
-                       {column: schema[column] for column in columns})
+                       {column: schema[column] for column in columns},
+                       feature_signature(group_by))
     features = online_features(group_by, meta.value_types)
     usable = F.col(TIME).isNotNull() & (F.col(TIME) < day_end)
     for key in group_by.keys:
@@ -171,7 +201,26 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     keys, size = int(totals["records"] or 0), int(totals["bytes"] or 0)
     log.info("uploaded %s: %s keys, %s bytes as of %s", group_by.name, f"{keys:,}",
              f"{size:,}", ds)
-    return keys, size
+    unplaced = F.col(TIME).isNull()
+    for key in group_by.keys:
+        unplaced |= F.col(key).isNull()
+    left_out = int(frame.agg(F.count_if(unplaced)).first()[0] or 0)  # type: ignore[index]
+    if left_out:
+        log.warning("%s: %s rows left out of the upload (time or key null)", group_by.name,
+                    f"{left_out:,}")
+    return keys, size, left_out
+
+
+def _check_store(spark: SparkSession, store_uri: str) -> None:
+    """Refuse an embedded store for executors on other machines: each would write its own."""
+    master = spark.sparkContext.master
+    remote = not master.startswith("local") or master.startswith("local-cluster")
+    embedded = not store_uri.startswith(("redis://", "rediss://", "unix://"))
+    if remote and embedded:
+        raise DefinitionError.single(
+            "upload", "store", f"{store_uri} is an embedded (LMDB) store, and the executors of "
+            f"{master} may run on other machines, each writing its own copy",
+            "upload to a store every executor reaches: redis://host:port/db")
 
 
 def upload(target: Join | GroupBy, spark: SparkSession, ds: str, store_uri: str,
@@ -187,9 +236,10 @@ def upload(target: Join | GroupBy, spark: SparkSession, ds: str, store_uri: str,
         slack_ms: how long after the end of ``ds`` the records answer exactly.
 
     """
-    written = {}
+    written, left_out = {}, {}
     for index, group_by in enumerate(_group_bys(target)):
         field = "group_by" if isinstance(target, GroupBy) else f"parts[{index}].group_by"
-        written[group_by.name] = upload_group_by(group_by, spark, ds, store_uri,
-                                                 slack_ms=slack_ms, field=field)
-    return UploadReport(ds, date_to_ms(ds) + DAY_MS, written)
+        keys, size, missed = upload_group_by(group_by, spark, ds, store_uri,
+                                             slack_ms=slack_ms, field=field)
+        written[group_by.name], left_out[group_by.name] = (keys, size), missed
+    return UploadReport(ds, date_to_ms(ds) + DAY_MS, written, left_out)

@@ -1,4 +1,13 @@
 """Tiling-invariance, future-peeking and online/offline consistency checks (DESIGN §5, §7).
 
-Not built yet: it arrives with the verification issues.
+:func:`timetile.verify.consistency.consistency` is the consistency job: it recomputes every
+response the online service logged (:class:`~timetile.online.response_log.ResponseLog`)
+with ``tt.backfill`` at the logged request time and reports, per feature, the mismatch rate,
+missing and extra values, SMAPE and edit distances; approximate ops are checked against the
+oracle's error bounds. ``timetile consistency`` runs it from the command line and writes a
+table and a self-contained HTML report. Modules: ``consistency`` (the Spark job),
+``compare`` (the per-row comparison on the executors), ``values`` (one value against
+another), ``results`` (what the job reports) and ``report_html`` (the page and its SVG).
+
+The tiling-invariance and future-peeking checks arrive with the other verification issues.
 """

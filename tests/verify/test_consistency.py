@@ -1,0 +1,281 @@
+"""The consistency job end to end: upload day D, stream part of D+1, serve through a real
+Fetcher with a real ResponseLog, then recompute every logged row offline (DESIGN §5).
+
+Served values must match the backfill exactly for exact ops and lie within the oracle's
+bounds for approximate ones; a tampered log row is exactly one mismatch; a stale row is
+counted, not compared. Then the pieces: value decoding, distances and the SVG plots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+import timetile as tt
+from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.online.fetcher import Fetcher
+from timetile.online.response_log import SCHEMA, ResponseLog
+from timetile.online.store import open_store
+from timetile.online.tiles import put_events
+from timetile.online.upload import upload
+from timetile.testing import random_events, to_spark
+from timetile.verify.consistency import ConsistencyError, consistency
+from timetile.verify.report_html import histogram_svg, line_svg
+from timetile.verify.results import BOUND, EXACT, ConsistencyReport, Histogram
+from timetile.verify.values import (
+    decode_served,
+    edit_distance,
+    smape,
+    within_percentiles,
+    within_unique_count,
+)
+
+pytestmark = pytest.mark.spark
+
+DS = "2024-01-02"
+DAY_END = date_to_ms(DS) + DAY_MS
+STREAMED_UNTIL = DAY_END + 20 * HOUR_MS
+STALE_AT = DAY_END + 2 * DAY_MS  # past the one-day slack: the record no longer covers it
+TAMPERED = "users_amount_sum_1d"
+AGGREGATIONS = [
+    tt.Aggregation("amount", "sum", windows=["1h", "1d", tt.Window("1d", hop="1h")]),
+    tt.Aggregation("amount", "avg", windows=["1d"]),
+    tt.Aggregation("amount", "max"),
+    tt.Aggregation("quantity", "count", windows=["1d"]),
+    tt.Aggregation("quantity", "sum", windows=[tt.Window("1d", hop="6h", kind="hopping")]),
+    tt.Aggregation("item", "last"),
+    tt.Aggregation("flag", "last", windows=["1d"]),
+    tt.Aggregation("item", "last_k", k=3, windows=["1d"]),
+    tt.Aggregation("amount", "top_k", k=2),
+    tt.Aggregation("item", "histogram", windows=["1d"]),
+    tt.Aggregation("quantity", "histogram"),
+    tt.Aggregation("item", "approx_unique_count", windows=["1d"]),
+    tt.Aggregation("amount", "approx_percentile", percentiles=[0.1, 0.5, 0.9]),
+    tt.Aggregation("amount", "sum", windows=["1d"], buckets=["item"]),
+]
+
+
+@dataclass
+class Served:
+    join: tt.Join
+    logs: Path
+    rows: int  # logged rows
+    stale: int  # of them, fetched past the slack
+    report: ConsistencyReport  # of the untouched logs, with output
+
+
+@pytest.fixture(scope="module")
+def served(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Served:
+    root = tmp_path_factory.mktemp("consistency")
+    table = random_events(700, 12, seed=61, start="2024-01-01", days=3)
+    users = tt.GroupBy("users", tt.EventSource(to_spark(spark, table)), ["user_id"],
+                       AGGREGATIONS)
+    queries = spark.createDataFrame([(1, 0)], "user_id long, ts long")
+    join = tt.Join("online", tt.EventSource(queries), [users])
+    store_uri = f"lmdb://{root / 'store'}"
+    upload(users, spark, DS, store_uri)
+    times = pc.fill_null(table.column("ts"), -1)
+    streamed = table.filter(pc.and_(pc.greater_equal(times, DAY_END),
+                                    pc.less(times, STREAMED_UNTIL)))
+    rng = np.random.default_rng(62)
+    moments = sorted({DAY_END, STREAMED_UNTIL, *(int(t) for t in rng.integers(
+        DAY_END, STREAMED_UNTIL, 10))})
+    # Key 99 has no event; "3" is a digit string, as an HTTP client may send it.
+    rows: list[dict[str, Any]] = [{"user_id": key} for key in (1, 2, 7, 12, 99)]
+    rows.append({"user_id": "3"})
+    logged = stale = 0
+    with open_store(store_uri) as store, ResponseLog(root / "logs", max_seconds=60) as log:
+        put_events(store, users, streamed, "b1")
+        fetcher = Fetcher(join, store)
+        for index, moment in enumerate(moments):
+            assert log.log(f"request-{index}", join.name, moment, rows,
+                           fetcher.fetch(rows, at=moment))
+            logged += len(rows)
+        late = fetcher.fetch(rows[:2], at=STALE_AT)
+        assert all(result.stale == ["users"] for result in late)
+        assert log.log("late", join.name, STALE_AT, rows[:2], late)
+        logged += 2
+        stale += 2
+    report = consistency(join, spark, root / "logs", output=root / "report")
+    return Served(join, root / "logs", logged, stale, report)
+
+
+def test_every_logged_row_matches_the_backfill(served: Served) -> None:
+    report = served.report
+    assert report.rows == served.rows
+    assert [entry.feature for entry in report.features] == served.join.output_columns()
+    for entry in report.features:
+        assert entry.check == (BOUND if entry.op.startswith("approx_") else EXACT)
+        assert (entry.rows, entry.stale) == (served.rows - served.stale, served.stale)
+        assert entry.matches == entry.rows, entry
+        assert (entry.mismatches, entry.missing, entry.extra) == (0, 0, 0), entry
+        assert entry.mismatch_rate == 0.0
+        if entry.check == BOUND:
+            assert entry.within_bound_rate == 1.0
+    numbers = report.feature("users_amount_sum_1d")
+    assert (numbers.smape_mean, numbers.smape_max, numbers.edit_distance_mean) == (0, 0, None)
+    assert report.feature("users_item_last_k_1d").edit_distance_mean == 0.0
+    assert report.feature("users_item_histogram_1d").smape_mean is None
+    assert report.summary().startswith(f"{len(report.features)} of {len(report.features)} "
+                                       "features match exactly on all")
+    assert f"{served.stale} stale rows left out" in report.summary()
+    assert sum(point.rows for point in report.timeline) == (
+        (served.rows - served.stale) * len(report.features))
+    assert all(point.mismatches == 0 for point in report.timeline)
+    assert report.feature_timelines == {}
+
+
+def test_outputs_parse(served: Served) -> None:
+    folder = Path(served.report.output or "")
+    features = pq.read_table(folder / "features.parquet")
+    assert features.equals(served.report.table())
+    assert features.column("feature").to_pylist() == served.join.output_columns()
+    assert pq.read_table(folder / "differences.parquet").num_rows == 0
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    assert "<script" not in page
+    assert "http" not in page.replace("http://www.w3.org/2000/svg", "")  # self-contained
+    svgs = [ET.fromstring(svg) for svg in re.findall(r"<svg.*?</svg>", page, flags=re.S)]
+    assert len(svgs) == 1 + len(served.report.histograms)
+    ns = "{http://www.w3.org/2000/svg}"
+    timeline, *histograms = svgs
+    assert len(timeline.findall(f"{ns}circle")) == len(served.report.timeline)
+    for svg, histogram in zip(histograms, served.report.histograms.values(), strict=True):
+        assert len(svg.findall(f"{ns}rect")) == len(histogram.counts)
+    assert "users_amount_sum_1d" in served.report.histograms
+
+
+def test_a_tampered_value_is_one_mismatch(spark: SparkSession, served: Served,
+                                          tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    shutil.copytree(served.logs, logs)
+    table = pq.read_table(served.logs / served.join.name)
+    candidates = [row for row in table.to_pylist() if not row["stale"]
+                  and isinstance(json.loads(row["features"])[TAMPERED], float)
+                  and json.loads(row["features"])[TAMPERED] > 0]
+    row = dict(candidates[0])
+    features = json.loads(row["features"])
+    true_value = features[TAMPERED]
+    features[TAMPERED] = true_value * 1.5
+    row.update(request_id="tampered", features=json.dumps(features))
+    pq.write_table(pa.Table.from_pylist([row], schema=SCHEMA),
+                   logs / served.join.name / "part-9999999999999-000000.parquet")
+
+    report = consistency(served.join, spark, logs, output=tmp_path / "report")
+    assert report.rows == served.rows + 1
+    bad = report.feature(TAMPERED)
+    assert (bad.mismatches, bad.missing, bad.extra) == (1, 0, 0)
+    assert bad.smape_max == pytest.approx(0.4)  # |1.5v − v| / ((1.5v + v) / 2)
+    assert [entry.feature for entry in report.features if entry.mismatches] == [TAMPERED]
+    n = len(report.features)
+    assert report.summary().startswith(f"{n - 1} of {n} features match exactly")
+    assert sum(point.mismatches for point in report.timeline) == 1
+    assert list(report.feature_timelines) == [TAMPERED]
+
+    differences = pq.read_table(tmp_path / "report" / "differences.parquet").to_pylist()
+    assert len(differences) == 1
+    [difference] = differences
+    assert (difference["request_id"], difference["feature"]) == ("tampered", TAMPERED)
+    assert (difference["row_index"], difference["request_time"]) == (
+        row["row_index"], row["request_time"])
+    assert json.loads(difference["served"]) == pytest.approx(true_value * 1.5)
+    assert json.loads(difference["offline"]) == pytest.approx(true_value)
+    assert difference["smape"] == pytest.approx(0.4)
+    histogram = report.histograms[TAMPERED]  # every other difference is 0
+    assert (histogram.lo, histogram.hi) == (0.0, pytest.approx(true_value * 0.5))
+    assert len(histogram.counts) == 20
+    assert (histogram.counts[0], histogram.counts[-1]) == (sum(histogram.counts) - 1, 1)
+
+
+def test_errors_name_the_logs(spark: SparkSession, served: Served, tmp_path: Path) -> None:
+    with pytest.raises(ConsistencyError, match="No response logs of Join 'online' under"):
+        consistency(served.join, spark, tmp_path)
+    logs = tmp_path / "logs"
+    shutil.copytree(served.logs, logs)
+    (logs / served.join.name / "part-9999999999999-000001.parquet").write_text("garbage")
+    with pytest.raises(ConsistencyError, match=r"Cannot read the response logs under .*"
+                                               "is not a Parquet file"):
+        consistency(served.join, spark, logs)
+    empty = tmp_path / "empty"
+    (empty / served.join.name).mkdir(parents=True)
+    with pytest.raises(ConsistencyError, match="hold no usable row"):
+        consistency(served.join, spark, empty)
+
+
+# --- the pieces -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("served", "data_type", "expected"), [
+    ("NaN", T.DoubleType(), math.nan),
+    ("-Infinity", T.DoubleType(), -math.inf),
+    (3, T.DoubleType(), 3.0),
+    (3, T.LongType(), 3),
+    (True, T.BooleanType(), True),
+    ("日本語", T.StringType(), "日本語"),
+    (["Infinity", 1.5], T.ArrayType(T.DoubleType()), [math.inf, 1.5]),
+    ({"7": 2, "-1": 1}, T.MapType(T.LongType(), T.LongType()), {7: 2, -1: 1}),
+    ({"true": 1}, T.MapType(T.BooleanType(), T.LongType()), {True: 1}),
+    ({"NaN": 1, "0.5": 2}, T.MapType(T.DoubleType(), T.LongType()), {math.nan: 1, 0.5: 2}),
+    ({"apple": [1.0, "NaN"]}, T.MapType(T.StringType(), T.ArrayType(T.DoubleType())),
+     {"apple": [1.0, math.nan]}),
+    (None, T.LongType(), None),
+])
+def test_served_values_decode_to_the_offline_type(served: Any, data_type: T.DataType,
+                                                  expected: Any) -> None:
+    from timetile.testing import same_value
+
+    assert same_value(decode_served(served, data_type), expected)
+
+
+def test_an_int_never_decodes_where_a_float_was_not_served() -> None:
+    assert decode_served(2.5, T.LongType()) == 2.5  # kept as is: same_value(2.5, 2) fails
+    assert decode_served(True, T.DoubleType()) is True
+
+
+def test_distances() -> None:
+    assert smape(150.0, 100.0) == pytest.approx(0.4)
+    assert smape(-0.0, 0.0) == 0.0
+    assert smape(math.inf, math.inf) == 0.0
+    assert smape(math.inf, 1.0) == 2.0
+    assert edit_distance(["a", "b", "c"], ["b", "c", "d"]) == 2
+    assert edit_distance([math.nan], [math.nan]) == 0
+
+
+def test_bounds() -> None:
+    assert within_unique_count(0, 0)
+    assert not within_unique_count(1, 0)
+    assert not within_unique_count(None, 3)
+    assert within_unique_count({"a": 100}, {"a": 101})
+    assert not within_unique_count({"a": 100}, {"a": 100, "b": 1})
+    bounds = [{"lo": 1.0, "hi": 2.0}, {"lo": 5.0, "hi": math.nan}]
+    assert within_percentiles([1.5, math.nan], bounds)
+    assert not within_percentiles([2.5, 6.0], bounds)
+    assert not within_percentiles(None, bounds)
+    assert within_percentiles({"x": [1.0]}, {"x": [{"lo": 0.0, "hi": 1.0}]})
+
+
+def test_svg_plots_parse_and_count() -> None:
+    svg = ET.fromstring(histogram_svg(Histogram(-2.0, 2.0, (1, 0, 3, 7)), title="a < b & c"))
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(svg.findall(f"{ns}rect")) == 4
+    heights = [float(rect.get("height", "")) for rect in svg.findall(f"{ns}rect")]
+    assert heights[3] == max(heights) and heights[1] == 0
+    assert any(text.text == "a < b & c" for text in svg.iter(f"{ns}text"))
+    lines = ET.fromstring(line_svg({"all": [(0, 0.0), (1, 0.5), (2, 0.0)], "f": [(1, 1.0)]}))
+    assert len(lines.findall(f"{ns}polyline")) == 2
+    assert len(lines.findall(f"{ns}circle")) == 4
+    empty = ET.fromstring(line_svg({"all": []}))
+    assert empty.findall(f"{ns}circle") == []

@@ -1,0 +1,390 @@
+"""``stream_group_by``: a Spark Structured Streaming job that keeps a GroupBy's tiles fresh.
+
+Events arrive from a stream source (:mod:`timetile.streaming.sources`). Each micro-batch
+goes through the source's ``where`` and ``select`` and the time parsing of the batch side
+(:mod:`timetile.offline.sources`), so stream and backfill see the same rows; then it is
+repartitioned by the GroupBy's keys, so each (key, tile) belongs to one task, and **the
+executors** write it with :class:`~timetile.online.tiles.TileWriter` (the aggregators'
+own encoding, DESIGN §5-6), under the micro-batch id as the tile member. Only one row of
+counts per task comes back to the driver.
+
+Restart safety. Spark's checkpoint journals each micro-batch's source offsets before running
+it; after a crash, the restarted query reruns the last unfinished batch with the same id and
+the same events. Its entries are keyed (key, tile, batch id), so the rerun rewrites them: the
+store ends as if the job had never stopped. The stream's own decisions (the watermark a batch
+ran with, the counts) are kept per GroupBy in the store (:mod:`timetile.streaming.state`), so
+a rerun decides the same.
+
+Late events. Every event lands in one count of :class:`~timetile.streaming.state.
+StreamCounts`, reported per batch (a log line, :attr:`TileStream.batches`) and in total
+(:attr:`TileStream.totals`, and the record in the store), never dropped silently:
+
+- before the upload's day end: ``late``: the batch records (or the next upload) hold them;
+- older than the watermark, the greatest event time of the earlier micro-batches minus the
+  allowed ``lateness`` (Spark's ``withWatermark`` rule, which the query also declares, so
+  Spark's progress reports the same watermark): ``behind_watermark``: the next upload adds
+  them. Within the lateness, out-of-order events are written like any other;
+- a null or unparseable time, or a null key: ``unusable``, as offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.types import StructType
+
+from timetile.api.errors import DefinitionError
+from timetile.api.group_by import GroupBy
+from timetile.api.schema import group_by_problems
+from timetile.api.sources import EventSource
+from timetile.core.timeutil import ms_to_iso, parse_duration
+from timetile.offline.sorted_groups import whole_groups
+from timetile.offline.sources import (
+    TIME,
+    check_time_zone,
+    coarse_schema,
+    project,
+    read_table,
+    time_millis,
+)
+from timetile.online.layout import GroupByMeta, check_servable
+from timetile.online.store import KVStore, open_store
+from timetile.online.tiles import TileWriter, read_meta
+from timetile.streaming.sources import StreamSource, parse_source
+from timetile.streaming.state import (
+    StreamCounts,
+    StreamState,
+    begin,
+    read_state,
+    write_state,
+)
+
+log = logging.getLogger(__name__)
+
+#: The event time as a timestamp, for Spark's watermark.
+EVENT_TS = "_tt_event_ts"
+_COUNTS = ("written", "late", "behind_watermark", "unusable", "tiles")
+_TASK_SCHEMA = ", ".join(f"{name} long" for name in (*_COUNTS, "max_time"))
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did.
+
+    Attributes:
+        batch: the micro-batch id (the tile member).
+        counts: its events, by what became of them.
+        watermark: the watermark it ran with, epoch ms (None before any event).
+        day_end: the upload's day end it ran against, epoch ms.
+        max_time: the greatest event time seen through it, epoch ms (None if none).
+        replay: the store already held this batch: a rerun after a restart.
+        seconds: its wall time on the driver.
+
+    """
+
+    batch: int
+    counts: StreamCounts
+    watermark: int | None
+    day_end: int
+    max_time: int | None
+    replay: bool
+    seconds: float
+
+    def describe(self, group_by: str) -> str:
+        """One line for logs and the command line."""
+        counts = self.counts
+        line = (f"{group_by} batch {self.batch}{' (replay)' if self.replay else ''}: "
+                f"{counts.written:,} events written in {counts.tiles:,} tiles")
+        if counts.late:
+            line += f", {counts.late:,} late (before the upload's day end)"
+        if counts.behind_watermark:
+            mark = ms_to_iso(self.watermark) if self.watermark is not None else "-"
+            line += f", {counts.behind_watermark:,} behind the watermark {mark}"
+        if counts.not_written:
+            line += " (the next upload adds them)"
+        if counts.unusable:
+            line += f", {counts.unusable:,} unusable (null time or key)"
+        return line + f" in {self.seconds:.1f} s"
+
+
+class _PartitionWriter:
+    """Per task: write this partition's keys' tiles; yield one row of counts.
+
+    Picklable: a store URI, a :class:`TileWriter`, the member and the watermark.
+    """
+
+    def __init__(self, store_uri: str, writer: TileWriter, member: str,
+                 watermark: int | None) -> None:
+        self.store_uri = store_uri
+        self.writer = writer
+        self.member = member
+        self.watermark = watermark
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Write each whole key group of the (key-sorted) partition; O(rows)."""
+        totals = dict.fromkeys(_COUNTS, 0)
+        latest: int | None = None
+        store: KVStore | None = None
+        try:
+            for table in whole_groups(batches, self.writer.keys):
+                store = store or open_store(self.store_uri)
+                report = self.writer.write(store, table, self.member, watermark=self.watermark)
+                for name in _COUNTS:
+                    totals[name] += getattr(report, name)
+                top = pc.max(table.column(TIME)).as_py()
+                if top is not None and (latest is None or top > latest):
+                    latest = int(top)
+        finally:
+            if store is not None:
+                store.close()
+        yield pa.RecordBatch.from_pydict({**{k: [v] for k, v in totals.items()},
+                                          "max_time": [latest]},
+                                         schema=pa.schema([(k, pa.int64()) for k in
+                                                           (*_COUNTS, "max_time")]))
+
+
+class TileStream:
+    """A running stream of one GroupBy into a store: the query, and what it has done.
+
+    Attributes:
+        group_by: the definition.
+        store_uri: where it writes.
+        lateness_ms: the allowed lateness.
+        query: the Spark query (set once started).
+        batches: this run's micro-batches, in order (a replayed batch appears again).
+        totals: the counts of every batch of this query so far, across restarts (from the
+            stream's record in the store; ``stream_totals`` reads them without a stream).
+
+    """
+
+    def __init__(self, group_by: GroupBy, store_uri: str, lateness_ms: int,
+                 on_batch: Callable[[BatchReport], None] | None = None) -> None:
+        self.group_by = group_by
+        self.store_uri = store_uri
+        self.lateness_ms = lateness_ms
+        self.on_batch = on_batch
+        self.query: StreamingQuery | None = None
+        self.batches: list[BatchReport] = []
+        self.totals = StreamCounts()
+
+    def write_batch(self, frame: DataFrame, batch_id: int) -> BatchReport:
+        """Write one micro-batch's events as tiles; Spark calls it through ``foreachBatch``.
+
+        Promise: calling it again with the same ``batch_id`` and the same events (what a
+        restarted query does) leaves the store exactly as the first call left it. Cost: one
+        Spark job (a shuffle of the batch by key, then the writes on the executors), two
+        store reads and one store write on the driver.
+
+        Raises:
+            LookupError: the GroupBy has no upload in the store.
+            StreamOwnershipError: another query writes this GroupBy's tiles in the store.
+
+        """
+        began = time.perf_counter()
+        spark = frame.sparkSession
+        query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId") or (
+            str(self.query.id) if self.query is not None else None)
+        if query_id is None:
+            raise RuntimeError("write_batch runs inside a started stream: use stream_group_by")
+        name = self.group_by.name
+        with open_store(self.store_uri) as store:
+            meta = read_meta(store, self.group_by)
+            previous = read_state(store, name)
+        watermark, before = begin(previous, name, query_id, batch_id, self.lateness_ms)
+        writer = TileWriter(self.group_by, meta, time_column=TIME)
+        keys = list(self.group_by.keys)
+        partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
+        task = _PartitionWriter(self.store_uri, writer, str(batch_id), watermark)
+        row: Any = (frame.repartition(partitions, *keys).sortWithinPartitions(*keys)
+                    .mapInArrow(task, _TASK_SCHEMA)
+                    .agg(*[F.sum(c).alias(c) for c in _COUNTS],
+                         F.max("max_time").alias("max_time"))
+                    .first())
+        counts = StreamCounts(*(int(row[c] or 0) for c in _COUNTS))
+        seen = [t for t in (previous.max_time if previous else None, row["max_time"])
+                if t is not None]
+        max_time = max(seen) if seen else None
+        with open_store(self.store_uri) as store:
+            write_state(store, name, StreamState(query_id, batch_id, watermark, max_time,
+                                                 before, counts))
+        report = BatchReport(batch_id, counts, watermark, meta.day_end, max_time,
+                             previous is not None and previous.batch == batch_id,
+                             time.perf_counter() - began)
+        self.totals = before + counts
+        self.batches.append(report)
+        (log.warning if counts.not_written else log.info)("%s", report.describe(name))
+        if self.on_batch is not None:
+            self.on_batch(report)
+        return report
+
+    def foreach_batch(self, frame: DataFrame, batch_id: int) -> None:
+        """Spark's ``foreachBatch`` callback: :meth:`write_batch`."""
+        self.write_batch(frame, batch_id)
+
+    def _started(self) -> StreamingQuery:
+        if self.query is None:
+            raise RuntimeError("the stream has not started")
+        return self.query
+
+    def await_termination(self, timeout: int | None = None) -> bool | None:
+        """Wait for the query to end (an ``until_idle`` run ends by itself); re-raise its error.
+
+        Returns None without ``timeout``, else whether it ended within ``timeout`` seconds.
+        """
+        return self._started().awaitTermination(timeout)
+
+    def process_all_available(self) -> None:
+        """Block until every event available now is written (for tests and catch-up)."""
+        self._started().processAllAvailable()
+
+    def stop(self) -> None:
+        """Stop the query; a restart from the same checkpoint carries on where it stopped."""
+        self._started().stop()
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the query still runs."""
+        return self.query is not None and self.query.isActive
+
+
+def stream_totals(store: KVStore, group_by: str) -> StreamCounts | None:
+    """Return the counts of every batch the stream of ``group_by`` wrote to ``store``.
+
+    None when no stream has written one.
+    """
+    state = read_state(store, group_by)
+    return None if state is None else state.totals
+
+
+def lateness_ms(lateness: str | int) -> int:
+    """Parse an allowed lateness: a duration (``"90m"``, ``"1h"``) or milliseconds (0 or more).
+
+    >>> lateness_ms("1h"), lateness_ms(0)
+    (3600000, 0)
+    """
+    if isinstance(lateness, bool):
+        raise ValueError(f"lateness {lateness!r} is not a duration")
+    if isinstance(lateness, int):
+        if lateness < 0:
+            raise ValueError(f"lateness {lateness} ms is negative: use 0 or more")
+        return lateness
+    return parse_duration(lateness)
+
+
+def _schema(spark: SparkSession, source: EventSource,
+            schema: StructType | str | None) -> StructType:
+    """Return the raw events' schema: given, or the batch source's (read without a job)."""
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        parsed = StructType.fromDDL(schema)
+        assert isinstance(parsed, StructType)
+        return parsed
+    return read_table(spark, source.table).schema
+
+
+def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: GroupByMeta,
+                 *, lateness_ms: int = 0, field: str = "group_by") -> DataFrame:
+    """Return raw source rows as a micro-batch of :meth:`TileStream.write_batch` takes them.
+
+    Applies the source's ``where`` and ``select`` and parses the time as the batch side does
+    (:mod:`timetile.offline.sources`), adds :data:`~timetile.offline.sources.TIME` and
+    declares Spark's watermark on it; keeps the key, time and aggregated columns. Works on a
+    streaming or a static ``raw`` (on a static one the watermark does nothing). No job runs.
+
+    Raises:
+        DefinitionError: the GroupBy does not fit the rows' schema, or string times would be
+            read outside UTC.
+
+    """
+    events = group_by.source
+    assert isinstance(events, EventSource)
+    frame = project(raw, events, f"{field}.source")
+    column = group_by.time_column
+    assert column is not None
+    check_time_zone(spark, frame, column, f"{field}.source.time_column")
+    problems = group_by_problems(group_by, coarse_schema(frame), f"{field}.")
+    if problems:
+        raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
+    columns = TileWriter(group_by, meta, time_column=TIME).columns
+    return (frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
+            .withColumn(EVENT_TS, F.timestamp_millis(F.col(TIME)))
+            .withWatermark(EVENT_TS, f"{lateness_ms} milliseconds")
+            .select(*columns))
+
+
+def stream_group_by(
+    group_by: GroupBy,
+    spark: SparkSession,
+    source: StreamSource | str,
+    store_uri: str,
+    checkpoint: str,
+    *,
+    lateness: str | int = "1h",
+    trigger_seconds: float = 5.0,
+    until_idle: bool = False,
+    schema: StructType | str | None = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
+    field: str = "group_by",
+) -> TileStream:
+    """Start a streaming query that writes ``group_by``'s events into the store's tiles.
+
+    Args:
+        group_by: the definition; it must have been uploaded to ``store_uri`` (the tiles
+            extend the upload's batch records: events before its day end are not written).
+        spark: the session the query runs in.
+        source: a stream source, or its URI (see :func:`~timetile.streaming.sources.
+            parse_source`): ``dir:PATH?format=json`` or ``redis://host:port/db?stream=KEY``.
+        store_uri: the store (see :func:`~timetile.online.store.open_store`); the executors
+            open it too, so on a cluster it must be reachable from them (Redis).
+        checkpoint: Spark's checkpoint directory. Restart with the same one to carry on; one
+            checkpoint owns a GroupBy's tiles in a store (a second one is refused).
+        lateness: the allowed lateness of the watermark: a duration or milliseconds.
+        trigger_seconds: the micro-batch interval.
+        until_idle: process what the source holds now, in as many micro-batches as its
+            limits make, then stop (``Trigger.AvailableNow``): for catch-up runs and tests.
+        schema: the raw events' schema (a ``StructType`` or DDL); the batch source's by
+            default, read from its table without a job.
+        on_batch: called on the driver with each batch's report, after its tiles and its
+            record are written and before Spark commits it (an exception fails the query
+            there: the batch is rerun by the next start).
+        field: how errors name the GroupBy.
+
+    Returns:
+        The running stream: its ``query``, ``batches`` and ``totals``.
+
+    Raises:
+        DefinitionError: the GroupBy cannot be served, or does not fit the source's schema.
+        LookupError: the GroupBy has no upload in the store.
+
+    """
+    check_servable(group_by, field)
+    events = group_by.source
+    assert isinstance(events, EventSource)
+    if isinstance(source, str):
+        source = parse_source(source)
+    allowed = lateness_ms(lateness)
+    with open_store(store_uri) as store:
+        meta = read_meta(store, group_by)  # fail before Spark starts anything
+    raw = source.read_stream(spark, _schema(spark, events, schema))
+    frame = events_frame(group_by, spark, raw, meta, lateness_ms=allowed, field=field)
+    handle = TileStream(group_by, store_uri, allowed, on_batch)
+    writer = (frame.writeStream.queryName(f"timetile_stream_{group_by.name}")
+              .option("checkpointLocation", checkpoint).foreachBatch(handle.foreach_batch))
+    if until_idle:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{round(trigger_seconds * 1000)} milliseconds")
+    handle.query = writer.start()
+    log.info("streaming %s from %s into %s (lateness %s ms, checkpoint %s)", group_by.name,
+             source.describe(), store_uri, allowed, checkpoint)
+    return handle

@@ -1,0 +1,95 @@
+"""Where a stream's events come from, and the URI form the command line takes.
+
+A stream source is anything with ``read_stream(spark, schema) -> DataFrame`` (a streaming
+DataFrame of the batch source's raw columns) and ``describe() -> str``:
+:class:`~timetile.streaming.file_source.FileSource` (a directory of JSON lines or Parquet, the
+embedded default) and :class:`~timetile.streaming.redis_source.RedisStreamSource` (a Redis
+Stream). :func:`parse_source` reads one from a URI.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from timetile.streaming.file_source import FileSource
+from timetile.streaming.redis_source import RedisStreamSource
+
+
+class StreamSource(Protocol):
+    """A source of events for :func:`timetile.streaming.job.stream_group_by`."""
+
+    def read_stream(self, spark: SparkSession, schema: StructType) -> DataFrame:
+        """Return the events as a streaming DataFrame of ``schema``'s columns."""
+        ...
+
+    def describe(self) -> str:
+        """Name the source in logs and messages."""
+        ...
+
+
+_FORMS = ("dir:PATH[?format=json|parquet][&maxFilesPerTrigger=N], or "
+          "redis://host:port/db?stream=KEY[&layout=fields|json][&field=NAME]"
+          "[&maxEntriesPerTrigger=N][&startId=ID]")
+
+
+def parse_source(uri: str) -> FileSource | RedisStreamSource:
+    """Read a stream source from a URI.
+
+    - ``dir:PATH[?format=json|parquet][&maxFilesPerTrigger=N]``: a directory of files
+      (JSON lines by default);
+    - ``redis://host:port/db?stream=KEY[&layout=fields|json][&field=NAME]
+      [&maxEntriesPerTrigger=N][&startId=ID]`` (also ``rediss://`` and ``unix://``): a
+      Redis Stream; other query parameters go to redis-py.
+
+    >>> parse_source("dir:landing/events?format=parquet&maxFilesPerTrigger=2")
+    FileSource(path='landing/events', format='parquet', max_files_per_trigger=2)
+    >>> parse_source("redis://localhost:6379/0?stream=events").stream
+    'events'
+
+    Raises:
+        ValueError: the URI names no known source, or an option is wrong.
+
+    """
+    scheme, _, rest = uri.partition(":")
+    if scheme == "dir":
+        path, _, query = rest.partition("?")
+        options = _options(uri, query, {"format", "maxFilesPerTrigger"})
+        if not path:
+            raise ValueError(f"stream source {uri!r} names no directory: use {_FORMS}")
+        return FileSource(urllib.parse.unquote(path), options.pop("format", "json"),
+                          _count(uri, options.pop("maxFilesPerTrigger", None)))
+    if scheme in ("redis", "rediss", "unix"):
+        parts = urllib.parse.urlsplit(uri)
+        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        ours = {"stream", "layout", "field", "maxEntriesPerTrigger", "startId"}
+        options = _options(uri, urllib.parse.urlencode([p for p in pairs if p[0] in ours]), ours)
+        rest_query = urllib.parse.urlencode([p for p in pairs if p[0] not in ours])
+        url = urllib.parse.urlunsplit(parts._replace(query=rest_query))
+        if "stream" not in options:
+            raise ValueError(f"stream source {uri!r} names no stream: add ?stream=KEY")
+        return RedisStreamSource(url, options["stream"], options.get("layout", "fields"),
+                                 options.get("field", "json"),
+                                 _count(uri, options.get("maxEntriesPerTrigger")),
+                                 options.get("startId", "0-0"))
+    raise ValueError(f"unknown stream source {uri!r}: use {_FORMS}")
+
+
+def _options(uri: str, query: str, known: set[str]) -> dict[str, str]:
+    options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"stream source {uri!r}: unknown option {unknown[0]!r}; "
+                         f"use {', '.join(sorted(known))}")
+    return options
+
+
+def _count(uri: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"stream source {uri!r}: {value!r} is not a positive count")
+    return int(value)

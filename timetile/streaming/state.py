@@ -1,0 +1,185 @@
+"""The stream's own record in the online store: its watermark, its counts, who owns the tiles.
+
+Spark's checkpoint says which events each micro-batch holds; this record, one per GroupBy in
+table :data:`STREAM_TABLE`, says what the stream decided about them, so that a replayed
+micro-batch decides the same. It holds the last micro-batch written: its id, the watermark
+it ran with, the greatest event time seen through it, and the event counts before it and of
+it. From the record of batch ``n - 1`` the next batch's watermark follows (Spark's rule:
+the greatest event time of the earlier batches minus the allowed lateness, never moving
+back); the record of batch ``n`` itself answers a replay of ``n`` (:func:`begin`).
+
+The record also names the Spark query (its id survives restarts from the same checkpoint)
+that owns the GroupBy's tiles: tile members are micro-batch ids, so a second checkpoint
+writing into the same tiles would overwrite some and double count others. It is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields
+from typing import Any
+
+from timetile.core.aggregators.codec import decode, encode
+from timetile.online.store import KVStore
+
+log = logging.getLogger(__name__)
+
+#: The table of stream records, keyed by GroupBy name.
+STREAM_TABLE = "tt_stream"
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StreamCounts:
+    """Events of one micro-batch or many, by what became of them; each event counts once.
+
+    Attributes:
+        written: written into tiles.
+        late: before the upload's day end (the batch records, or the next upload, have them).
+        behind_watermark: at or after the day end but older than the watermark (the next
+            upload has them).
+        unusable: a null or unparseable time, or a null key: never aggregated, offline
+            either.
+        tiles: (key, tile) entries written.
+
+    >>> StreamCounts(3, 1, 0, 0, 2) + StreamCounts(1, 0, 2, 1, 1)
+    StreamCounts(written=4, late=1, behind_watermark=2, unusable=1, tiles=3)
+
+    """
+
+    written: int = 0
+    late: int = 0
+    behind_watermark: int = 0
+    unusable: int = 0
+    tiles: int = 0
+
+    def __add__(self, other: StreamCounts) -> StreamCounts:
+        return StreamCounts(*(getattr(self, f.name) + getattr(other, f.name)
+                              for f in fields(self)))
+
+    @property
+    def not_written(self) -> int:
+        """Events left to the next upload: ``late + behind_watermark``."""
+        return self.late + self.behind_watermark
+
+
+class StreamOwnershipError(RuntimeError):
+    """Another checkpoint (Spark query) already writes this GroupBy's tiles in this store."""
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """The record of the last micro-batch a stream wrote for one GroupBy.
+
+    Attributes:
+        query_id: the Spark query's id (stable across restarts from one checkpoint).
+        batch: the micro-batch id.
+        watermark: the watermark that batch ran with, epoch ms; None before any event.
+        max_time: the greatest event time seen through that batch, epoch ms; None if none.
+        before: the counts of all earlier batches of this query.
+        counts: that batch's counts.
+
+    """
+
+    query_id: str
+    batch: int
+    watermark: int | None
+    max_time: int | None
+    before: StreamCounts
+    counts: StreamCounts
+
+    @property
+    def totals(self) -> StreamCounts:
+        """Counts of every batch through this one."""
+        return self.before + self.counts
+
+    def to_bytes(self) -> bytes:
+        """Encode for the store."""
+        return encode((_VERSION, self.query_id, self.batch, self.watermark, self.max_time,
+                       _tuple(self.before), _tuple(self.counts)))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StreamState:
+        """Decode what :meth:`to_bytes` wrote.
+
+        Raises:
+            ValueError: the bytes are not a stream record of this version.
+
+        """
+        decoded: Any = decode(data)
+        if not isinstance(decoded, tuple) or decoded[0] != _VERSION:
+            raise ValueError("not a timetile stream record of this version")
+        _, query_id, batch, watermark, max_time, before, counts = decoded
+        return cls(query_id, batch, watermark, max_time, StreamCounts(*before),
+                   StreamCounts(*counts))
+
+
+def _tuple(counts: StreamCounts) -> tuple[int, ...]:
+    return tuple(getattr(counts, f.name) for f in fields(counts))
+
+
+def read_state(store: KVStore, group_by: str) -> StreamState | None:
+    """Return the stream record of GroupBy ``group_by``, None when no stream wrote one."""
+    data = store.multi_get(STREAM_TABLE, [group_by.encode()])[0]
+    return None if data is None else StreamState.from_bytes(data)
+
+
+def write_state(store: KVStore, group_by: str, state: StreamState) -> None:
+    """Replace the stream record of GroupBy ``group_by``."""
+    store.multi_put(STREAM_TABLE, [(group_by.encode(), state.to_bytes())])
+
+
+def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int,
+          lateness_ms: int) -> tuple[int | None, StreamCounts]:
+    """Return (watermark, counts before it) for micro-batch ``batch``, replays included.
+
+    A replay of the recorded batch gets the recorded answer; the next batch gets the
+    watermark advanced by the recorded batch. Without a record (a new stream, or a new store
+    under an old checkpoint) there is no watermark yet. O(1).
+
+    >>> first = StreamState("q", 0, None, 10_000, StreamCounts(), StreamCounts(written=5))
+    >>> begin(first, "g", "q", 1, 3_000), begin(first, "g", "q", 0, 3_000)
+    ((7000, StreamCounts(written=5, late=0, behind_watermark=0, unusable=0, tiles=0)), \
+(None, StreamCounts(written=0, late=0, behind_watermark=0, unusable=0, tiles=0)))
+
+    Raises:
+        StreamOwnershipError: the record belongs to another query, or to a later batch of
+            this one (the checkpoint is older than the store: restored from a copy).
+
+    """
+    if previous is None:
+        if batch > 0:
+            log.warning("stream %s: no stream record for batch %d in this store; starting "
+                        "without a watermark", group_by, batch)
+        return None, StreamCounts()
+    if previous.query_id != query_id:
+        raise StreamOwnershipError(
+            f"GroupBy {group_by!r}'s tiles in this store are written by another streaming "
+            f"query ({previous.query_id}, at batch {previous.batch}); this one is {query_id}. "
+            "Two checkpoints writing one GroupBy's tiles would double count. Fix: restart with "
+            "the first query's checkpoint, or stream into a fresh store (upload it first)")
+    if previous.batch == batch:
+        return previous.watermark, previous.before
+    if previous.batch > batch:
+        raise StreamOwnershipError(
+            f"GroupBy {group_by!r}: this store already holds batch {previous.batch} of query "
+            f"{query_id}, but the checkpoint asks for batch {batch}: the checkpoint is older "
+            "than the store. Fix: restart with the checkpoint that wrote the store, or stream "
+            "into a fresh store")
+    if previous.batch < batch - 1:
+        log.warning("stream %s: the store's record is of batch %d, the checkpoint's next is "
+                    "%d; counts of the batches between are missing", group_by, previous.batch,
+                    batch)
+    return advance(previous.watermark, previous.max_time, lateness_ms), previous.totals
+
+
+def advance(watermark: int | None, max_time: int | None, lateness_ms: int) -> int | None:
+    """Return the next watermark: ``max_time - lateness``, never moving back.
+
+    >>> advance(None, None, 5), advance(None, 100, 5), advance(120, 100, 5)
+    (None, 95, 120)
+    """
+    if max_time is None:
+        return watermark
+    candidate = max_time - lateness_ms
+    return candidate if watermark is None else max(watermark, candidate)

@@ -1,0 +1,358 @@
+"""The consistency job: recompute every logged response offline and compare (DESIGN §5).
+
+:func:`consistency` reads a Join's response logs (:mod:`timetile.online.response_log`) with
+Spark, turns each logged row into a left row at its request time (its ``keys`` JSON cast to
+the types of the Join's left source), runs :func:`~timetile.offline.backfill.backfill` on
+those rows and compares every feature, row by row, inside an Arrow function on the
+executors (:mod:`timetile.verify.values`). Only per-feature counts, hourly rates and
+histogram counts come back to the driver.
+
+How a served value is judged, per op (:data:`APPROX_CHECKS`):
+
+- exact ops equal the backfill's value as :func:`~timetile.testing.same_value` says
+  (floats to 1e-9 relative, NaN equals NaN, ints never equal floats);
+- ``approx_unique_count`` lies within 3 × ``HLL_RSE`` of the exact distinct count, and
+  ``approx_percentile`` within the exact rank bounds of
+  :func:`~timetile.testing.percentile_rank_bounds`: both from the naive oracle on the logged
+  rows (O(n²/k), fine for logs, which are samples).
+
+A row whose ``stale`` lists a GroupBy is not compared for that GroupBy's features, only
+counted: the late upload explains any difference. Cost: one read of the logs, the
+backfill of the logged rows (plus the oracle's, when the Join has approximate ops), then
+O(rows × features) Python on the executors; the compared rows are cached for the summaries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from timetile.api.join import Join, JoinPart
+from timetile.api.sources import EventSource
+from timetile.core.aggregators.sketches import KLL_RANK_ERROR
+from timetile.core.timeutil import HOUR_MS
+from timetile.offline.backfill import backfill
+from timetile.offline.sources import load, load_events
+from timetile.online.response_log import SCHEMA
+from timetile.progress import JobProgress
+from timetile.testing import percentile_rank_bounds
+from timetile.verify.compare import COMPARED_SCHEMA, Comparer, FeatureSpec
+from timetile.verify.report_html import render_report
+from timetile.verify.results import (
+    BOUND,
+    EXACT,
+    ConsistencyReport,
+    FeatureConsistency,
+    Histogram,
+    TimelinePoint,
+)
+from timetile.verify.values import within_percentiles, within_unique_count
+
+#: The approximate ops and how a served value is checked against the oracle's truth.
+APPROX_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
+    "approx_unique_count": within_unique_count,
+    "approx_percentile": within_percentiles,
+}
+#: Bins of each feature's histogram of differences.
+HISTOGRAM_BINS = 20
+#: Features drawn one by one in the mismatch-rate-over-time chart: those that mismatch most.
+TIMELINE_FEATURES = 5
+
+#: The log columns a left row carries through the backfill; key columns may not take them.
+LOG_COLUMNS = ("request_id", "row_index", "request_time", "log_features", "log_stale")
+
+
+class ConsistencyError(Exception):
+    """The logs cannot be compared: none for the Join, unreadable, or keys the left lacks."""
+
+
+def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str], *,
+                output: str | os.PathLike[str] | None = None,
+                progress: JobProgress | None = None) -> ConsistencyReport:
+    """Recompute the logged responses of ``join`` offline and report per feature.
+
+    Reads ``{logs_dir}/{join.name}``. With ``output`` (a local directory, created), writes
+    ``features.parquet`` (:meth:`ConsistencyReport.table`), ``differences.parquet`` (one row
+    per mismatching (row, feature): request_id, row_index, request_time, feature, served and
+    offline as JSON text, smape) and ``report.html`` (self-contained, SVG plots).
+
+    Raises:
+        ConsistencyError: no logs for the Join, unreadable log files, or a key column the
+            left source does not have.
+        DefinitionError: the definition cannot work against the sources.
+
+    """
+    stage: Callable[[str], AbstractContextManager[Any]] = (
+        progress.stage if progress is not None else lambda _: nullcontext())
+    path = logs_path(logs_dir, join.name)
+    with stage("read logs"):
+        logs = _read_logs(spark, path)
+        left = _left_rows(spark, join, logs)
+    with stage("recompute and compare"):
+        specs, compared = _compared(join, spark, left)
+        compared = compared.persist()
+        try:
+            features = _features(compared, specs)
+        except BaseException:
+            compared.unpersist()
+            raise
+    try:
+        with stage("summarize"):
+            timeline, per_feature = _timelines(compared, features)
+            histograms = _histograms(spark, compared, specs)
+        rows = features[0].rows + features[0].stale if features else 0
+        report = ConsistencyReport(join.name, path, rows, features, timeline, per_feature,
+                                   histograms, None if output is None else str(output))
+        if output is not None:
+            with stage("write report"):
+                _write(report, compared, Path(output))
+        return report
+    finally:
+        compared.unpersist()
+
+
+# --- reading the logs -----------------------------------------------------------------------
+
+
+def logs_path(logs_dir: str | os.PathLike[str], join: str) -> str:
+    """Return the folder of ``join``'s logs under ``logs_dir``; a local one must exist.
+
+    Raises:
+        ConsistencyError: a local ``logs_dir`` has no folder for ``join``.
+
+    """
+    text = os.fspath(logs_dir)
+    local = "://" not in text and not text.startswith("file:")
+    path = str(Path(text) / join) if local else f"{text.rstrip('/')}/{join}"
+    if local and not Path(path).is_dir():
+        raise ConsistencyError(
+            f"No response logs of Join {join!r} under {text}: {path} does not exist. Fix: "
+            f"serve with --log-dir {text} (or log fetches with a ResponseLog) first, or pass "
+            f"the directory that holds the {join} folder")
+    return path
+
+
+def _read_logs(spark: SparkSession, path: str) -> DataFrame:
+    """Return the log rows that have keys and a time; check, in one job, that some do."""
+    logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(path)
+    try:
+        row = logs.agg(F.count(F.lit(1)).alias("rows"),
+                       F.count_if(F.col("keys").isNull() | F.col("request_time").isNull()
+                                  | F.col("row_index").isNull()).alias("unusable"),
+                       F.count_if(F.col("features").isNull() | F.col("stale").isNull())
+                       .alias("unread")).first()  # reads every column: corrupt files fail
+    except (PySparkException, Py4JJavaError) as error:
+        raise ConsistencyError(
+            f"Cannot read the response logs under {path}: {_cause(error)}. Fix: remove or "
+            "repair the files that are not response logs (ResponseLog writes "
+            "part-*.parquet files of its SCHEMA)") from None
+    assert row is not None
+    if row["rows"] == row["unusable"]:
+        raise ConsistencyError(
+            f"The response logs under {path} hold no usable row ({row['rows']} rows, "
+            f"{row['unusable']} without keys or request time). Fix: serve some requests with "
+            "logging on first")
+    return logs.where(F.col("keys").isNotNull() & F.col("request_time").isNotNull()
+                      & F.col("row_index").isNotNull())
+
+
+_JAVA_ERROR = re.compile(r"^(Caused by: )?[\w.$]+(Exception|Error): (.+)$")
+
+
+def _cause(error: Exception) -> str:
+    """Return the root cause of a Spark error in one line: the last Java "Caused by"."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    found = [match for match in map(_JAVA_ERROR.match, lines) if match is not None]
+    causes = [match for match in found if match.group(1)] or found
+    text = causes[-1].group(3) if causes else (lines[0] if lines else type(error).__name__)
+    return text.rstrip(". ")[:300]
+
+
+def _left_rows(spark: SparkSession, join: Join, logs: DataFrame) -> DataFrame:
+    """Each log row as a left row: key columns (the left source's types), time, log columns."""
+    keys = list(dict.fromkeys(key for part in join.join_parts for key in part.left_keys))
+    taken = sorted(set(keys) & set(LOG_COLUMNS))
+    if taken:
+        raise ConsistencyError(
+            f"Join {join.name!r} has key columns named {', '.join(taken)}, which the "
+            f"consistency job uses for the log's own columns. Fix: rename them in the left "
+            "source's select")
+    schema = _left_schema(spark, join)
+    lacking = [key for key in keys if key not in schema.names]
+    if lacking:
+        raise ConsistencyError(
+            f"The left source of Join {join.name!r} has no column {', '.join(lacking)}, so "
+            "the logged keys have no type to take. Fix: select the key columns in the left "
+            "source")
+    parsed = F.from_json("keys", T.MapType(T.StringType(), T.StringType()))
+    return logs.select(
+        *(_typed(parsed.getItem(key), schema[key].dataType).alias(key) for key in keys),
+        "request_id", "row_index", "request_time",
+        F.col("features").alias("log_features"), F.col("stale").alias("log_stale"))
+
+
+def _left_schema(spark: SparkSession, join: Join) -> T.StructType:
+    """Return the left source's schema after its select (no job runs)."""
+    if isinstance(join.left, EventSource):
+        return load_events(spark, join.left, "left").schema
+    return load(spark, join.left, join.left.snapshot_table, "left").schema
+
+
+def _typed(text: Column, data_type: T.DataType) -> Column:
+    """Cast a logged key (JSON text) to ``data_type``; integral keys accept ``7.0`` too."""
+    if isinstance(data_type, (T.LongType, T.IntegerType, T.ShortType, T.ByteType)):
+        return F.coalesce(text.try_cast(data_type),
+                          text.try_cast("decimal(38,6)").try_cast(data_type))
+    return text.try_cast(data_type)
+
+
+# --- recomputing and comparing --------------------------------------------------------------
+
+
+def _specs(join: Join) -> list[tuple[str, str, str]]:
+    """(feature, group_by, op) for every output column, in ``join.output_columns()`` order."""
+    made: list[tuple[str, str, str]] = []
+    for part in join.join_parts:
+        group_by = part.group_by
+        stem = f"{part.prefix}_{group_by.name}" if part.prefix else group_by.name
+        made.extend((f"{stem}_{column}", group_by.name, "lookup")
+                    for column in group_by.lookup_columns)
+        for aggregation in group_by.aggregations or ():
+            made.extend((name, group_by.name, aggregation.op)
+                        for name, _, _ in aggregation.outputs(group_by.name, part.prefix))
+    return made
+
+
+def _approx_parts(join: Join) -> list[JoinPart]:
+    """Return the parts with approximate aggregations, each with those only."""
+    parts = []
+    for part in join.join_parts:
+        approx = [aggregation for aggregation in part.group_by.aggregations or ()
+                  if aggregation.op in APPROX_CHECKS]
+        if approx:
+            parts.append(JoinPart(replace(part.group_by, aggregations=approx), part.prefix,
+                                  dict(part.mapping) or None))
+    return parts
+
+
+def _compared(join: Join, spark: SparkSession, left: DataFrame
+              ) -> tuple[list[FeatureSpec], DataFrame]:
+    """Backfill the left rows, add the oracle's truth for approximate ops, compare per row."""
+    logged = Join(join.name, EventSource(left, time_column="request_time"), join.parts)
+    offline = backfill(logged, spark)
+    named = _specs(join)
+    frame = offline.select(*LOG_COLUMNS, *(F.col(name).alias(f"_tt_f{index}")
+                                           for index, (name, _, _) in enumerate(named)))
+    approx_parts = _approx_parts(join)
+    if approx_parts:
+        truth = percentile_rank_bounds(Join(join.name, logged.left, approx_parts), spark,
+                                       KLL_RANK_ERROR)
+        bounds = truth.select("request_id", "row_index", *(
+            F.col(name).alias(f"_tt_b{index}") for index, (name, _, op) in enumerate(named)
+            if op in APPROX_CHECKS)).dropDuplicates(["request_id", "row_index"])
+        frame = frame.join(bounds, on=["request_id", "row_index"], how="left")
+    schema = frame.schema
+    specs = [FeatureSpec(
+        name, group_by, op, f"_tt_f{index}", schema[f"_tt_f{index}"].dataType,
+        f"_tt_b{index}" if op in APPROX_CHECKS else None,
+        schema[f"_tt_b{index}"].dataType if op in APPROX_CHECKS else None,
+    ) for index, (name, group_by, op) in enumerate(named)]
+    return specs, frame.mapInArrow(Comparer(specs, APPROX_CHECKS), COMPARED_SCHEMA)
+
+
+def _features(compared: DataFrame, specs: Sequence[FeatureSpec]) -> list[FeatureConsistency]:
+    """One job: the per-feature counts and means."""
+    fresh = ~F.col("stale")
+    stats = {row["feature"]: row for row in compared.groupBy("feature").agg(
+        F.count_if(fresh).alias("rows"),
+        F.count_if(F.col("stale")).alias("stale"),
+        F.count_if(fresh & F.col("match")).alias("matches"),
+        F.count_if(fresh & F.col("missing")).alias("missing"),
+        F.count_if(fresh & F.col("extra")).alias("extra"),
+        F.avg("smape").alias("smape_mean"), F.max("smape").alias("smape_max"),
+        F.avg("edit").alias("edit_distance_mean"),
+    ).collect()}
+    made = []
+    for spec in specs:
+        row = stats.get(spec.name)
+        made.append(FeatureConsistency(
+            spec.name, spec.group_by, spec.op, BOUND if spec.bound else EXACT,
+            *((row["rows"], row["stale"], row["matches"], row["missing"], row["extra"],
+               row["smape_mean"], row["smape_max"], row["edit_distance_mean"])
+              if row is not None else (0, 0, 0, 0, 0))))
+    return made
+
+
+def _hour() -> Column:
+    return (F.col("request_time") - F.pmod("request_time", F.lit(HOUR_MS))).alias("hour")
+
+
+def _timelines(compared: DataFrame, features: Sequence[FeatureConsistency]
+               ) -> tuple[list[TimelinePoint], dict[str, list[TimelinePoint]]]:
+    """Mismatch rates per hour: over every feature, and for those that mismatch most."""
+    fresh = compared.where(~F.col("stale"))
+    counts = (F.count(F.lit(1)).alias("rows"), F.count_if(~F.col("match")).alias("bad"))
+    overall = [TimelinePoint(row["hour"], row["rows"], row["bad"]) for row in
+               fresh.groupBy(_hour()).agg(*counts).orderBy("hour").collect()]
+    worst = sorted((entry for entry in features if entry.mismatches),
+                   key=lambda entry: -entry.mismatches)[:TIMELINE_FEATURES]
+    per_feature: dict[str, list[TimelinePoint]] = {entry.feature: [] for entry in worst}
+    if worst:
+        for row in (fresh.where(F.col("feature").isin(list(per_feature)))
+                    .groupBy("feature", _hour()).agg(*counts).orderBy("hour").collect()):
+            per_feature[row["feature"]].append(TimelinePoint(row["hour"], row["rows"],
+                                                             row["bad"]))
+    return overall, per_feature
+
+
+def _histograms(spark: SparkSession, compared: DataFrame, specs: Sequence[FeatureSpec]
+                ) -> dict[str, Histogram]:
+    """Per numeric feature, counts of ``served − offline`` in equal bins: two small jobs."""
+    numeric = [spec.name for spec in specs if spec.numeric]
+    if not numeric:
+        return {}
+    known = compared.where(F.col("difference").isNotNull() & F.col("feature").isin(numeric))
+    ranges = {row["feature"]: (row["lo"], row["hi"]) for row in known.groupBy("feature").agg(
+        F.min("difference").alias("lo"), F.max("difference").alias("hi")).collect()}
+    if not ranges:
+        return {}
+    bins = {name: HISTOGRAM_BINS if hi > lo else 1 for name, (lo, hi) in ranges.items()}
+    frame = spark.createDataFrame([(name, lo, hi, bins[name]) for name, (lo, hi)
+                                   in ranges.items()], "feature string, lo double, hi double, "
+                                  "bins int")
+    index = F.least(F.floor((F.col("difference") - F.col("lo")) * F.col("bins")
+                            / F.greatest(F.col("hi") - F.col("lo"), F.lit(1e-300))),
+                    F.col("bins") - 1).cast("int").alias("bin")
+    counts = {name: [0] * bins[name] for name in ranges}
+    for row in known.join(F.broadcast(frame), "feature").groupBy("feature", index).count() \
+            .collect():
+        counts[row["feature"]][row["bin"]] = row["count"]
+    return {name: Histogram(lo, hi, tuple(counts[name]))
+            for name in numeric if name in ranges for lo, hi in [ranges[name]]}
+
+
+# --- writing --------------------------------------------------------------------------------
+
+
+def _write(report: ConsistencyReport, compared: DataFrame, folder: Path) -> None:
+    """Write ``features.parquet``, ``differences.parquet`` and ``report.html``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(report.table(), folder / "features.parquet")
+    differences = compared.where(~F.col("stale") & ~F.col("match")).select(
+        "request_id", "row_index", "request_time", "feature", "served", "offline", "smape")
+    differences.write.mode("overwrite").parquet(str((folder / "differences.parquet").resolve()))
+    (folder / "report.html").write_text(render_report(report), encoding="utf-8")
+

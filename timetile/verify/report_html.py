@@ -1,0 +1,166 @@
+"""The consistency report as one self-contained HTML page, its plots as inline SVG.
+
+No network, no script, no plotting library: :func:`histogram_svg` and :func:`line_svg` write
+the few SVG elements they need (one ``rect`` per bin, one ``polyline`` and its ``circle``
+points per series), and every text goes through :func:`html.escape`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+
+from timetile.core.timeutil import ms_to_iso
+from timetile.verify.results import BOUND, ConsistencyReport, FeatureConsistency, Histogram
+
+#: Series colours of the line chart, in order (then repeated).
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
+_MARGIN = 36
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+tr.bad td { color: #b00020; }
+.plots { display: flex; flex-wrap: wrap; gap: 12px; }
+svg text { font-size: 10px; fill: #444; }
+"""
+
+
+def _number(value: float) -> str:
+    """Format a compact label: ``1.5``, ``0.001``, ``2e+06``."""
+    return f"{value:.4g}"
+
+
+def histogram_svg(histogram: Histogram, *, title: str = "", width: int = 360,
+                  height: int = 170) -> str:
+    """Draw a histogram: one ``<rect class="bar">`` per bin, the range and peak labelled.
+
+    >>> svg = histogram_svg(Histogram(-1.0, 1.0, (2, 0, 5)), title="x")
+    >>> svg.count('class="bar"'), svg.startswith("<svg")
+    (3, True)
+    """
+    plot_w, plot_h = width - 2 * _MARGIN, height - 2 * _MARGIN
+    peak = max(histogram.counts, default=0) or 1
+    bar_w = plot_w / max(len(histogram.counts), 1)
+    parts = [_open(width, height), _text(width / 2, 14, title, "middle")]
+    for index, count in enumerate(histogram.counts):
+        bar_h = plot_h * count / peak
+        x = _MARGIN + index * bar_w
+        y = _MARGIN + plot_h - bar_h
+        parts.append(f'<rect class="bar" x="{x:.2f}" y="{y:.2f}" width="{max(bar_w - 1, 1):.2f}"'
+                     f' height="{bar_h:.2f}" fill="#1f77b4"><title>{count}</title></rect>')
+    parts.append(_axes(width, height))
+    parts.append(_text(_MARGIN, height - _MARGIN + 14, _number(histogram.lo), "start"))
+    parts.append(_text(width - _MARGIN, height - _MARGIN + 14, _number(histogram.hi), "end"))
+    parts.append(_text(_MARGIN - 4, _MARGIN + 4, str(peak), "end"))
+    parts.append(_text(width / 2, height - 6, "served − offline", "middle"))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def line_svg(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str = "",
+             width: int = 720, height: int = 240, x_label: str = "",
+             y_max: float | None = None) -> str:
+    """Draw lines: per series one ``<polyline>`` and a ``<circle class="point">`` per point.
+
+    The x axis spans every series' points; y runs from 0 to ``y_max`` (their peak by
+    default). A legend names each series in its colour.
+
+    >>> svg = line_svg({"a": [(0, 0.0), (1, 0.5)], "b": [(1, 1.0)]})
+    >>> svg.count('class="point"'), svg.count("<polyline")
+    (3, 2)
+    """
+    points = [point for line in series.values() for point in line]
+    x_lo = min((x for x, _ in points), default=0.0)
+    x_hi = max((x for x, _ in points), default=1.0)
+    top = y_max if y_max is not None else max((y for _, y in points), default=0.0)
+    top = top or 1.0
+    plot_w, plot_h = width - 2 * _MARGIN, height - 2 * _MARGIN
+
+    def place(x: float, y: float) -> tuple[float, float]:
+        share = (x - x_lo) / (x_hi - x_lo) if x_hi > x_lo else 0.5
+        return _MARGIN + share * plot_w, _MARGIN + plot_h * (1 - y / top)
+
+    parts = [_open(width, height), _text(width / 2, 14, title, "middle"), _axes(width, height)]
+    for index, (name, line) in enumerate(series.items()):
+        colour = COLOURS[index % len(COLOURS)]
+        placed = [place(x, y) for x, y in line]
+        coordinates = " ".join(f"{x:.2f},{y:.2f}" for x, y in placed)
+        parts.append(f'<polyline points="{coordinates}" fill="none" stroke="{colour}" '
+                     'stroke-width="1.5"/>')
+        parts.extend(f'<circle class="point" cx="{x:.2f}" cy="{y:.2f}" r="2.5" '
+                     f'fill="{colour}"><title>{html.escape(name)}: {_number(value)}</title>'
+                     '</circle>' for (x, y), (_, value) in zip(placed, line, strict=True))
+        parts.append(_text(width - _MARGIN, _MARGIN + 12 * (index + 1), name, "end", colour))
+    parts.append(_text(_MARGIN - 4, _MARGIN + 4, _number(top), "end"))
+    parts.append(_text(_MARGIN - 4, height - _MARGIN, "0", "end"))
+    parts.append(_text(width / 2, height - 6, x_label, "middle"))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _open(width: int, height: int) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">')
+
+
+def _axes(width: int, height: int) -> str:
+    bottom, right = height - _MARGIN, width - _MARGIN
+    return (f'<path d="M{_MARGIN},{_MARGIN} V{bottom} H{right}" fill="none" '
+            'stroke="#888"/>')
+
+
+def _text(x: float, y: float, text: str, anchor: str, colour: str = "#444") -> str:
+    return (f'<text x="{x:.2f}" y="{y:.2f}" text-anchor="{anchor}" fill="{colour}">'
+            f"{html.escape(text)}</text>")
+
+
+def _cell(value: float | None, digits: str = ".4g") -> str:
+    return "" if value is None else format(value, digits)
+
+
+def _row(entry: FeatureConsistency) -> str:
+    cells = [entry.feature, entry.op, "within bound" if entry.check == BOUND else "exact",
+             f"{entry.rows:,}", f"{entry.stale:,}", f"{entry.matches:,}",
+             f"{entry.mismatch_rate:.2%}", f"{entry.missing:,}", f"{entry.extra:,}",
+             _cell(entry.smape_mean), _cell(entry.smape_max), _cell(entry.edit_distance_mean)]
+    marked = ' class="bad"' if entry.mismatches else ""
+    return f"<tr{marked}>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>"
+
+
+_HEADER = ("feature", "op", "check", "rows", "stale", "matches", "mismatch rate", "missing",
+           "extra", "SMAPE mean", "SMAPE max", "edit distance mean")
+
+
+def render_report(report: ConsistencyReport) -> str:
+    """Return the whole page: summary, per-feature table, mismatch rate over time, histograms."""
+    timeline: dict[str, list[tuple[float, float]]] = {
+        "all features": [(point.hour, point.rate) for point in report.timeline]}
+    timeline.update({name: [(point.hour, point.rate) for point in points]
+                     for name, points in report.feature_timelines.items()})
+    first = report.timeline[0].hour if report.timeline else 0
+    last = report.timeline[-1].hour if report.timeline else 0
+    span = f"hour of request time, {ms_to_iso(first)[:13]}h to {ms_to_iso(last)[:13]}h UTC"
+    histograms = "".join(
+        histogram_svg(histogram, title=name) for name, histogram in report.histograms.items())
+    header = "".join(f"<th>{html.escape(name)}</th>" for name in _HEADER)
+    body = "".join(_row(entry) for entry in report.features)
+    title = f"Consistency of {report.join}"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>"
+        f"<p><b>{html.escape(report.summary())}</b></p>"
+        f"<p>Logs: {html.escape(report.logs)}. Served values against tt.backfill at the "
+        "logged request times; approximate ops against the exact oracle's error bounds; "
+        "SMAPE is |s − o| / ((|s| + |o|) / 2), in [0, 2].</p>"
+        f"<h2>Features</h2><table><thead><tr>{header}</tr></thead><tbody>{body}</tbody>"
+        "</table>"
+        "<h2>Mismatch rate over time</h2>"
+        f"{line_svg(timeline, title='mismatch rate by hour', x_label=span)}"
+        "<h2>Differences (served − offline), numeric features</h2>"
+        f"<div class=\"plots\">{histograms or '<p>No numeric feature.</p>'}</div>"
+        "</body></html>\n"
+    )
