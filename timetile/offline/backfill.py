@@ -250,10 +250,14 @@ class BackfillJob:
 
 
 def _arrow_compatible(frame: DataFrame) -> bool:
-    """Whether every column of ``frame`` can cross into Python as Arrow (to ride a sweep)."""
+    """Whether every column of ``frame`` can cross into Python as Arrow (to ride a sweep).
+
+    PySpark answers with a ``TypeError`` for a type Arrow lacks, and with a failed
+    assertion for some nested ones (a timestamp in a map's struct): either means no.
+    """
     try:
         to_arrow_schema(frame.schema)
-    except Exception:  # PySpark raises several types for an unsupported column
+    except (TypeError, AssertionError):
         return False
     return True
 

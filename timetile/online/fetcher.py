@@ -231,11 +231,11 @@ def _recent(tiles: Sequence[Mapping[str, Series]], since: int, until: int
             parts.setdefault(name, []).append((values[keep], times[keep]))
     merged = {}
     for name, pieces in parts.items():
-        if len(pieces) == 1:  # one tile: already in time order
-            merged[name] = pieces[0]
-            continue
         values = np.concatenate([values for values, _ in pieces])
         times = np.concatenate([times for _, times in pieces])
+        if len(times) < 2 or bool(np.all(times[1:] >= times[:-1])):  # already in order
+            merged[name] = (values, times)
+            continue
         order = np.argsort(times, kind="stable")
         merged[name] = (values[order], times[order])
     return merged

@@ -213,7 +213,7 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
 
 def _check_store(spark: SparkSession, store_uri: str) -> None:
     """Refuse an embedded store for executors on other machines: each would write its own."""
-    master = spark.sparkContext.master
+    master = spark.sparkContext.master or "local"
     remote = not master.startswith("local") or master.startswith("local-cluster")
     embedded = not store_uri.startswith(("redis://", "rediss://", "unix://"))
     if remote and embedded:
