@@ -1,6 +1,6 @@
-"""The online commands of ``timetile``: ``upload``, ``serve``, ``fetch`` and ``consistency``.
+"""The online commands of ``timetile``: upload, serve, fetch, consistency and stream.
 
-``upload`` and ``consistency`` run on Spark (the active session, or a local one, as
+``upload``, ``consistency`` and ``stream`` run on Spark (the active session, or a local one, as
 ``backfill`` does); ``serve`` and ``fetch`` read the store only and start no Spark.
 :func:`register` adds the commands to the ``timetile`` app (DESIGN §5).
 """
@@ -85,6 +85,25 @@ _CONSISTENCY_EXAMPLE = """\
   feature: exact ops must match exactly, approximate ones lie within their error bounds.
   Rows served from a late upload (stale) are counted, not compared. --output gets
   features.parquet, differences.parquet and report.html (open it in a browser).[/]
+"""
+
+_STREAM_EXAMPLE = """\
+[bold]Example[/]
+
+  [cyan]timetile upload examples/checkout_model.py --ds 2024-02-29 \\
+      --store lmdb:timetile-demo/store[/]
+  [cyan]timetile stream examples/checkout_model.py --group-by user_purchases \\
+      --source 'dir:timetile-demo/landing/purchases?format=json' \\
+      --store lmdb:timetile-demo/store --checkpoint timetile-demo/checkpoints/user_purchases[/]
+
+  [dim]Folds each micro-batch of the GroupBy's events into the store's tiles, after the
+  upload's day end; fetches then see them. Files (JSON lines of the source's raw columns)
+  must be moved into the directory complete. For Redis Streams use --source
+  'redis://host:6379/0?stream=events' (one field per column, or &layout=json). Stop it
+  (Ctrl-C) and restart it with the same --checkpoint at any time: the store ends as if it
+  never stopped. --until-idle processes what is there and exits (catch-up runs, tests).
+  Events older than the watermark (the newest event time minus --lateness) or before the
+  upload's day end are counted, not written: the next upload adds them.[/]
 """
 
 _Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of errors.")]
@@ -346,10 +365,98 @@ def _check_keys(columns: list[str], row: dict[str, str]) -> None:
                        f"Fix: give {wanted}.")
 
 
+def stream(
+    *,
+    defs: _Defs,
+    group_by: Annotated[str, typer.Option(
+        "--group-by", help="The GroupBy to stream (by name, from any Join of the file).",
+        show_default=False)],
+    source: Annotated[str, typer.Option(
+        help="Where events arrive: dir:PATH[?format=json|parquet] or "
+             "redis://host:port/db?stream=KEY.", show_default=False)],
+    store: _Store,
+    checkpoint: Annotated[str, typer.Option(
+        help="Spark's checkpoint directory: restart with the same one to carry on.",
+        show_default=False)],
+    lateness: Annotated[str, typer.Option(
+        help="The watermark's allowed lateness, e.g. 90m or 1h.")] = "1h",
+    trigger_seconds: Annotated[float, typer.Option(
+        help="Seconds between micro-batches.", min=0.1)] = 5.0,
+    until_idle: Annotated[bool, typer.Option(
+        "--until-idle", help="Process what the source holds now, then exit.")] = False,
+    schema: Annotated[str | None, typer.Option(
+        help="The raw events' schema as Spark DDL \\[default: the batch source's].",
+        show_default=False)] = None,
+    debug: _Debug = False,
+) -> None:
+    """Stream a GroupBy's events into the store's tiles, one micro-batch at a time.
+
+    Runs a Spark Structured Streaming query until stopped (Ctrl-C) or, with --until-idle,
+    until the source is drained; prints one line per micro-batch: events written, and
+    the late ones counted and left to the next upload.
+    """
+    out = console()
+    with user_errors(debug):
+        from pyspark.errors import StreamingQueryException  # noqa: PLC0415  (Spark job)
+
+        from timetile.streaming.job import lateness_ms, stream_group_by  # noqa: PLC0415
+        from timetile.streaming.sources import parse_source  # noqa: PLC0415
+
+        found = {part.name: (field, part) for field, part in
+                 _group_bys(defs, list(load_joins(defs).values()))}
+        if group_by not in found:
+            raise CliError(f"{defs} has no GroupBy named {group_by!r} in its Joins; it has: "
+                           f"{', '.join(found) or 'none'}. Fix: pass one of those to --group-by.")
+        field, chosen = found[group_by]
+        try:
+            parsed = parse_source(source)
+            allowed = lateness_ms(lateness)
+        except ValueError as error:
+            option = "--source" if "source" in str(error) else "--lateness"
+            raise CliError(f"{option}: {error}.") from None
+        _open(store).close()  # fail before Spark starts when the store cannot be used
+        with JobProgress(None, out) as progress, spark_session(progress) as spark:
+            try:
+                running = stream_group_by(
+                    chosen, spark, parsed, store, checkpoint, lateness=allowed,
+                    trigger_seconds=trigger_seconds, until_idle=until_idle, schema=schema,
+                    on_batch=lambda report: out.print(report.describe(group_by), markup=False,
+                                                      highlight=False),
+                    field=field)
+            except LookupError as error:
+                raise CliError(f"{str(error).partition('. Fix:')[0]}. Fix: run timetile upload "
+                               f"{defs} --ds YYYY-MM-DD --store {store}.") from None
+            out.print(f"streaming {group_by} from {parsed.describe()} into {store}",
+                      markup=False, highlight=False)
+            try:
+                running.await_termination()
+            except KeyboardInterrupt:
+                running.stop()
+            except StreamingQueryException as error:
+                raise CliError(_stream_failure(error)) from None
+        totals = running.totals
+        out.print(f"{group_by}: {len(running.batches)} micro-batches, {totals.written:,} events "
+                  f"written, {totals.late:,} late, {totals.behind_watermark:,} behind the "
+                  f"watermark, {totals.unusable:,} unusable (totals of this checkpoint)",
+                  markup=False, highlight=False)
+
+
+_FAILURE = re.compile(r"(StreamOwnershipError|LookupError|DefinitionError): (.+)")
+
+
+def _stream_failure(error: Exception) -> str:
+    """Return the user-facing reason of a failed streaming query, or its first line."""
+    match = _FAILURE.search(str(error))
+    if match is not None:
+        return f"The stream stopped: {match.group(2).strip()}."
+    return f"The stream failed: {str(error).strip().splitlines()[0]}"
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``upload``, ``serve``, ``fetch`` and ``consistency`` to ``app``."""
+    """Add ``upload``, ``serve``, ``fetch``, ``consistency`` and ``stream`` to ``app``."""
     app.command(epilog=_UPLOAD_EXAMPLE)(upload)
     app.command(epilog=_SERVE_EXAMPLE)(serve)
     app.command(epilog=_FETCH_EXAMPLE)(fetch)
     app.command(epilog=_CONSISTENCY_EXAMPLE)(consistency)
+    app.command(epilog=_STREAM_EXAMPLE)(stream)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 import timetile as tt
@@ -18,8 +19,8 @@ from timetile.online.fetcher import Fetcher
 from timetile.online.layout import encode_key, tile_table
 from timetile.online.store import Tile, open_store
 from timetile.online.tiles import read_meta
-from timetile.testing import random_events, same_value, to_spark
 from timetile.online.upload import upload
+from timetile.testing import random_events, same_value, to_spark
 
 DS = "2024-01-02"
 DAY_END = date_to_ms(DS) + DAY_MS
@@ -49,6 +50,7 @@ def aggregations() -> list[tt.Aggregation]:
 class World:
     """Day DS uploaded, day DS + 1 (up to STREAMED_UNTIL) landed as files, and the truth."""
 
+    table: pa.Table  # every event: days DS - 1 to DS + 1
     group_by: tt.GroupBy
     join: tt.Join
     uploaded: Path  # an LMDB store holding the upload: copy it, never write it
@@ -89,7 +91,7 @@ def make_world(spark: Any, folder: Path, *, files: int = 5) -> World:
     queries = spark.createDataFrame([(k, t) for k in KEYS for t in at], "user_id long, ts long")
     join = tt.Join("online", tt.EventSource(queries), [users])
     truth = {(row["user_id"], row["ts"]): row for row in tt.backfill(join, spark).collect()}
-    return World(users, join, uploaded, rows, landed, at, truth)
+    return World(table, users, join, uploaded, rows, landed, at, truth)
 
 
 def json_line(row: dict[str, Any]) -> str:

@@ -8,11 +8,17 @@ as a run that never stopped.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
-from stream_helpers import World, all_tiles, make_world, mismatches
+from stream_helpers import World, all_tiles, mismatches
 
 from timetile.online.store import open_store
 from timetile.online.tiles import read_meta
@@ -21,11 +27,6 @@ from timetile.streaming.job import BatchReport, TileStream, events_frame, stream
 from timetile.streaming.state import StreamOwnershipError, read_state
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> World:
-    return make_world(spark, tmp_path_factory.mktemp("world"))
 
 
 def run(world: World, spark: Any, store_uri: str, checkpoint: Path, **options: Any) -> TileStream:
@@ -54,7 +55,8 @@ def test_stream_equals_backfill(world: World, reference: tuple[str, TileStream])
     assert (stream.totals.late, stream.totals.behind_watermark) == (0, 0)
     with open_store(uri) as store:
         state = read_state(store, "users")
-    assert state is not None and state.totals == stream.totals
+    assert state is not None
+    assert state.totals == stream.totals
     bad = mismatches(world, uri)
     assert not bad, f"{len(bad)} mismatches, e.g. {bad[:5]}"
 
@@ -84,7 +86,8 @@ def test_restart_after_a_crash_ends_as_if_never_stopped(
     with open_store(uri) as store:
         meta = read_meta(store, world.group_by)
     again = second.write_batch(events_frame(world.group_by, spark, raw, meta), 4)
-    assert again.replay and again.counts == second.batches[-1].counts
+    assert again.replay
+    assert again.counts == second.batches[-1].counts
     assert all_tiles(uri, world.group_by) == all_tiles(reference[0], world.group_by)
     bad = mismatches(world, uri, world.times[::3])
     assert not bad, f"{len(bad)} mismatches, e.g. {bad[:5]}"
@@ -94,3 +97,57 @@ def test_restart_after_a_crash_ends_as_if_never_stopped(
     with pytest.raises(Exception, match=f"{StreamOwnershipError.__name__}.*another streaming"):
         third.await_termination()
     assert third.batches == []
+
+
+KILLED_DEFS = """
+import sys
+sys.path.insert(0, {helpers!r})
+import timetile as tt
+from stream_helpers import aggregations
+
+users = tt.GroupBy("users", tt.EventSource({table!r}), ["user_id"], aggregations())
+online = tt.Join("online", tt.EventSource({table!r}), [users])
+"""
+
+
+def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, TileStream],
+                                        spark: Any, tmp_path: Path) -> None:
+    """``timetile stream`` in its own process group, SIGKILLed (JVM, workers and all) once
+    it has written a batch; the restarted stream finishes, and the store equals the
+    uninterrupted run's, entry for entry."""
+    table = tmp_path / "events"
+    table.mkdir()
+    pq.write_table(world.table, table / "part-0.parquet")
+    defs = tmp_path / "defs.py"
+    defs.write_text(KILLED_DEFS.format(helpers=str(Path(__file__).parent), table=str(table)))
+    uri = world.store(tmp_path / "store")
+    checkpoint = tmp_path / "checkpoint"
+    landing = world.files[0].parent
+    command = [sys.executable, "-c", "from timetile.cli import main; main()", "stream",
+               str(defs), "--group-by", "users", "--source",
+               f"dir:{landing}?maxFilesPerTrigger=1", "--store", uri, "--checkpoint",
+               str(checkpoint), "--trigger-seconds", "0.5"]
+    log = (tmp_path / "stream.log").open("w")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and process.poll() is None:
+            with open_store(uri) as store:
+                state = read_state(store, "users")
+            if state is not None and state.batch >= 1:
+                break
+            time.sleep(0.1)
+        assert process.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        log.close()
+    assert state is not None
+    assert 1 <= state.batch < len(world.files) - 1
+
+    restarted = run(world, spark, uri, checkpoint)
+    restarted.await_termination()
+    assert restarted.batches[-1].batch == len(world.files) - 1
+    assert restarted.totals == reference[1].totals
+    assert all_tiles(uri, world.group_by) == all_tiles(reference[0], world.group_by)

@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 import timetile as tt
+from timetile.core.batch_record import DEFAULT_SLACK_MS
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
 from timetile.online.response_log import SCHEMA, ResponseLog
@@ -49,7 +50,7 @@ pytestmark = pytest.mark.spark
 DS = "2024-01-02"
 DAY_END = date_to_ms(DS) + DAY_MS
 STREAMED_UNTIL = DAY_END + 20 * HOUR_MS
-STALE_AT = DAY_END + 2 * DAY_MS  # past the one-day slack: the record no longer covers it
+STALE_AT = DAY_END + DEFAULT_SLACK_MS + HOUR_MS  # past the slack: the record no longer covers it
 TAMPERED = "users_amount_sum_1d"
 AGGREGATIONS = [
     tt.Aggregation("amount", "sum", windows=["1h", "1d", tt.Window("1d", hop="1h")]),
@@ -272,10 +273,27 @@ def test_svg_plots_parse_and_count() -> None:
     ns = "{http://www.w3.org/2000/svg}"
     assert len(svg.findall(f"{ns}rect")) == 4
     heights = [float(rect.get("height", "")) for rect in svg.findall(f"{ns}rect")]
-    assert heights[3] == max(heights) and heights[1] == 0
+    assert heights[3] == max(heights)
+    assert heights[1] == 0
     assert any(text.text == "a < b & c" for text in svg.iter(f"{ns}text"))
     lines = ET.fromstring(line_svg({"all": [(0, 0.0), (1, 0.5), (2, 0.0)], "f": [(1, 1.0)]}))
     assert len(lines.findall(f"{ns}polyline")) == 2
     assert len(lines.findall(f"{ns}circle")) == 4
     empty = ET.fromstring(line_svg({"all": []}))
     assert empty.findall(f"{ns}circle") == []
+
+
+def test_specs_follow_prefixes_and_key_mappings() -> None:
+    from timetile.verify.consistency import _approx_parts, _specs
+
+    views = tt.GroupBy("views", tt.EventSource("v"), ["user_id"], [
+        tt.Aggregation("x", "sum", windows=["1d"], buckets=["b"]),
+        tt.Aggregation("x", "approx_percentile", percentiles=[0.5])])
+    join = tt.Join("j", tt.EventSource("q"), [
+        views, tt.JoinPart(views, prefix="host", key_mapping={"host_id": "user_id"})])
+    assert [name for name, _, _ in _specs(join)] == join.output_columns()
+    assert [op for _, _, op in _specs(join)] == ["sum", "approx_percentile"] * 2
+    parts = _approx_parts(join)
+    assert [part.left_keys for part in parts] == [("user_id",), ("host_id",)]
+    assert [part.output_columns() for part in parts] == [
+        ["views_x_approx_percentile"], ["host_views_x_approx_percentile"]]

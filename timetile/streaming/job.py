@@ -15,9 +15,10 @@ store ends as if the job had never stopped. The stream's own decisions (the wate
 ran with, the counts) are kept per GroupBy in the store (:mod:`timetile.streaming.state`), so
 a rerun decides the same.
 
-Late events. Every event lands in one count of :class:`~timetile.streaming.state.
-StreamCounts`, reported per batch (a log line, :attr:`TileStream.batches`) and in total
-(:attr:`TileStream.totals`, and the record in the store), never dropped silently:
+Late events. Every event lands in one count of
+:class:`~timetile.streaming.state.StreamCounts`, reported per batch (a log line,
+:attr:`TileStream.batches`) and in total (:attr:`TileStream.totals`, and the record in the
+store), never dropped silently:
 
 - before the upload's day end: ``late``: the batch records (or the next upload) hold them;
 - older than the watermark, the greatest event time of the earlier micro-batches minus the
@@ -338,12 +339,20 @@ def stream_group_by(
 ) -> TileStream:
     """Start a streaming query that writes ``group_by``'s events into the store's tiles.
 
+    Promise: once a micro-batch is done, every fetch sees its events exactly as the backfill
+    does (late ones aside, counted); a query stopped or killed at any point and restarted
+    from ``checkpoint`` leaves the store as if it had never stopped. Cost per micro-batch:
+    one Spark job (a shuffle of the batch by key; the executors write one ``put_tiles`` per
+    chunk of whole keys, O(events) Python work), plus two store reads and one store write on
+    the driver. Starting reads the upload's metadata and the source's schema; no job runs.
+
     Args:
         group_by: the definition; it must have been uploaded to ``store_uri`` (the tiles
             extend the upload's batch records: events before its day end are not written).
         spark: the session the query runs in.
-        source: a stream source, or its URI (see :func:`~timetile.streaming.sources.
-            parse_source`): ``dir:PATH?format=json`` or ``redis://host:port/db?stream=KEY``.
+        source: a stream source, or its URI (see
+            :func:`~timetile.streaming.sources.parse_source`): ``dir:PATH?format=json`` or
+            ``redis://host:port/db?stream=KEY``.
         store_uri: the store (see :func:`~timetile.online.store.open_store`); the executors
             open it too, so on a cluster it must be reachable from them (Redis).
         checkpoint: Spark's checkpoint directory. Restart with the same one to carry on; one

@@ -84,12 +84,13 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.url = options["url"]
+        options = {name.lower(): value for name, value in options.items()}  # Spark's are
+        self.url = options["url"]                                             # case-blind
         self.stream = options["stream"]
-        self.start_id = options.get("startId", _START)
-        limit = int(options.get("maxEntriesPerTrigger", "0"))
+        self.start_id = options.get("startid", _START)
+        limit = int(options.get("maxentriespertrigger", "0"))
         self.max_entries = limit if limit > 0 else None
-        self.page = int(options.get("pageSize", str(PAGE)))
+        self.page = int(options.get("pagesize", str(PAGE)))
         self._target: str | None = None
         self._connection: Any = None
 

@@ -10,13 +10,15 @@ Stream). :func:`parse_source` reads one from a URI.
 from __future__ import annotations
 
 import urllib.parse
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from timetile.streaming.file_source import FileSource
-from timetile.streaming.redis_source import RedisStreamSource
+
+if TYPE_CHECKING:  # imported when used: it needs PySpark 4.2's Python streaming read limits
+    from timetile.streaming.redis_source import RedisStreamSource
 
 
 class StreamSource(Protocol):
@@ -63,6 +65,8 @@ def parse_source(uri: str) -> FileSource | RedisStreamSource:
         return FileSource(urllib.parse.unquote(path), options.pop("format", "json"),
                           _count(uri, options.pop("maxFilesPerTrigger", None)))
     if scheme in ("redis", "rediss", "unix"):
+        from timetile.streaming.redis_source import RedisStreamSource  # noqa: PLC0415
+
         parts = urllib.parse.urlsplit(uri)
         pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         ours = {"stream", "layout", "field", "maxEntriesPerTrigger", "startId"}

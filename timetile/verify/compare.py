@@ -45,6 +45,8 @@ COMPARED_SCHEMA = T.StructType([
     T.StructField("served", T.StringType()),
     T.StructField("offline", T.StringType()),
 ])
+#: About how many compared rows one output batch holds (input batches are cut to fit).
+OUTPUT_ROWS = 65_536
 _ARROW_SCHEMA = pa.schema([
     ("request_id", pa.string()), ("row_index", pa.int32()), ("request_time", pa.int64()),
     ("feature", pa.string()), ("stale", pa.bool_()), ("match", pa.bool_()),
@@ -96,9 +98,11 @@ class Comparer:
         self.checks = dict(checks)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Compare each batch's rows against every feature."""
+        """Compare each batch's rows against every feature, about :data:`OUTPUT_ROWS` at a time."""
+        step = max(1, OUTPUT_ROWS // max(len(self.specs), 1))
         for batch in batches:
-            yield self.compare(batch)
+            for offset in range(0, batch.num_rows, step):
+                yield self.compare(batch.slice(offset, step))
 
     def compare(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Return the compared rows of one batch, ``len(batch) × len(specs)`` of them."""

@@ -24,6 +24,7 @@ O(rows × features) Python on the executors; the compared rows are cached for th
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -60,6 +61,8 @@ from timetile.verify.results import (
     TimelinePoint,
 )
 from timetile.verify.values import within_percentiles, within_unique_count
+
+log = logging.getLogger(__name__)
 
 #: The approximate ops and how a served value is checked against the oracle's truth.
 APPROX_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
@@ -101,15 +104,12 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
     with stage("read logs"):
         logs = _read_logs(spark, path)
         left = _left_rows(spark, join, logs)
-    with stage("recompute and compare"):
-        specs, compared = _compared(join, spark, left)
-        compared = compared.persist()
-        try:
-            features = _features(compared, specs)
-        except BaseException:
-            compared.unpersist()
-            raise
+    compared: DataFrame | None = None
     try:
+        with stage("recompute and compare"):
+            specs, frame = _compared(join, spark, left)
+            compared = frame.persist()
+            features = _features(compared, specs)
         with stage("summarize"):
             timeline, per_feature = _timelines(compared, features)
             histograms = _histograms(spark, compared, specs)
@@ -121,7 +121,8 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
                 _write(report, compared, Path(output))
         return report
     finally:
-        compared.unpersist()
+        if compared is not None:
+            compared.unpersist()
 
 
 # --- reading the logs -----------------------------------------------------------------------
@@ -160,6 +161,9 @@ def _read_logs(spark: SparkSession, path: str) -> DataFrame:
             "repair the files that are not response logs (ResponseLog writes "
             "part-*.parquet files of its SCHEMA)") from None
     assert row is not None
+    if row["unusable"]:
+        log.warning("%s: %s of %s logged rows have no keys, row index or request time and are "
+                    "left out", path, f"{row['unusable']:,}", f"{row['rows']:,}")
     if row["rows"] == row["unusable"]:
         raise ConsistencyError(
             f"The response logs under {path} hold no usable row ({row['rows']} rows, "

@@ -15,7 +15,7 @@ from timetile.verify.results import BOUND, ConsistencyReport, FeatureConsistency
 
 #: Series colours of the line chart, in order (then repeated).
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
-_MARGIN = 36
+_MARGIN = 44
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -62,11 +62,12 @@ def histogram_svg(histogram: Histogram, *, title: str = "", width: int = 360,
 
 def line_svg(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str = "",
              width: int = 720, height: int = 240, x_label: str = "",
-             y_max: float | None = None) -> str:
+             y_max: float | None = None, percent: bool = False) -> str:
     """Draw lines: per series one ``<polyline>`` and a ``<circle class="point">`` per point.
 
     The x axis spans every series' points; y runs from 0 to ``y_max`` (their peak by
-    default). A legend names each series in its colour.
+    default), labelled as percentages with ``percent``. A legend above the plot names each
+    series in its colour.
 
     >>> svg = line_svg({"a": [(0, 0.0), (1, 0.5)], "b": [(1, 1.0)]})
     >>> svg.count('class="point"'), svg.count("<polyline")
@@ -83,7 +84,9 @@ def line_svg(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str 
         share = (x - x_lo) / (x_hi - x_lo) if x_hi > x_lo else 0.5
         return _MARGIN + share * plot_w, _MARGIN + plot_h * (1 - y / top)
 
-    parts = [_open(width, height), _text(width / 2, 14, title, "middle"), _axes(width, height)]
+    label = (lambda value: f"{value:.3g}%") if percent else _number
+    parts = [_open(width, height), _text(width / 2, 12, title, "middle"), _axes(width, height)]
+    legend_x = float(_MARGIN)
     for index, (name, line) in enumerate(series.items()):
         colour = COLOURS[index % len(COLOURS)]
         placed = [place(x, y) for x, y in line]
@@ -91,10 +94,11 @@ def line_svg(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str 
         parts.append(f'<polyline points="{coordinates}" fill="none" stroke="{colour}" '
                      'stroke-width="1.5"/>')
         parts.extend(f'<circle class="point" cx="{x:.2f}" cy="{y:.2f}" r="2.5" '
-                     f'fill="{colour}"><title>{html.escape(name)}: {_number(value)}</title>'
+                     f'fill="{colour}"><title>{html.escape(name)}: {label(value)}</title>'
                      '</circle>' for (x, y), (_, value) in zip(placed, line, strict=True))
-        parts.append(_text(width - _MARGIN, _MARGIN + 12 * (index + 1), name, "end", colour))
-    parts.append(_text(_MARGIN - 4, _MARGIN + 4, _number(top), "end"))
+        parts.append(_text(legend_x, 26, f"■ {name}", "start", colour))
+        legend_x += 6 * len(name) + 24
+    parts.append(_text(_MARGIN - 4, _MARGIN + 4, label(top), "end"))
     parts.append(_text(_MARGIN - 4, height - _MARGIN, "0", "end"))
     parts.append(_text(width / 2, height - 6, x_label, "middle"))
     parts.append("</svg>")
@@ -137,12 +141,13 @@ _HEADER = ("feature", "op", "check", "rows", "stale", "matches", "mismatch rate"
 def render_report(report: ConsistencyReport) -> str:
     """Return the whole page: summary, per-feature table, mismatch rate over time, histograms."""
     timeline: dict[str, list[tuple[float, float]]] = {
-        "all features": [(point.hour, point.rate) for point in report.timeline]}
-    timeline.update({name: [(point.hour, point.rate) for point in points]
+        "all features": [(point.hour, 100 * point.rate) for point in report.timeline]}
+    timeline.update({name: [(point.hour, 100 * point.rate) for point in points]
                      for name, points in report.feature_timelines.items()})
     first = report.timeline[0].hour if report.timeline else 0
     last = report.timeline[-1].hour if report.timeline else 0
-    span = f"hour of request time, {ms_to_iso(first)[:13]}h to {ms_to_iso(last)[:13]}h UTC"
+    span = (f"hour of request time, {ms_to_iso(first)[:13]}h to {ms_to_iso(last)[:13]}h UTC"
+            if report.timeline else "no row compared (every row stale)")
     histograms = "".join(
         histogram_svg(histogram, title=name) for name, histogram in report.histograms.items())
     header = "".join(f"<th>{html.escape(name)}</th>" for name in _HEADER)
@@ -159,7 +164,7 @@ def render_report(report: ConsistencyReport) -> str:
         f"<h2>Features</h2><table><thead><tr>{header}</tr></thead><tbody>{body}</tbody>"
         "</table>"
         "<h2>Mismatch rate over time</h2>"
-        f"{line_svg(timeline, title='mismatch rate by hour', x_label=span)}"
+        f"{line_svg(timeline, title='mismatch rate by hour', x_label=span, percent=True)}"
         "<h2>Differences (served − offline), numeric features</h2>"
         f"<div class=\"plots\">{histograms or '<p>No numeric feature.</p>'}</div>"
         "</body></html>\n"

@@ -1,0 +1,100 @@
+"""The stream record's laws, without Spark: replays decide the same, watermarks never move
+back, and another query is refused; plus the stream source URIs."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from timetile.online.lmdb_store import LmdbStore
+from timetile.streaming.file_source import FileSource
+from timetile.streaming.redis_source import RedisStreamSource
+from timetile.streaming.sources import parse_source
+from timetile.streaming.state import (
+    StreamCounts,
+    StreamOwnershipError,
+    StreamState,
+    advance,
+    begin,
+    read_state,
+    write_state,
+)
+
+LATENESS = 1_000
+batch_times = st.lists(st.lists(st.integers(0, 50_000), max_size=4), min_size=1, max_size=8)
+
+
+def run(batches: list[list[int]], crash_after: set[int]) -> list[tuple[int | None, StreamCounts]]:
+    """Drive ``begin`` as the job does, rerunning each batch in ``crash_after`` once."""
+    state: StreamState | None = None
+    decided = []
+    batch = 0
+    crashed: set[int] = set()
+    while batch < len(batches):
+        watermark, before = begin(state, "g", "q", batch, LATENESS)
+        times = batches[batch]
+        counts = StreamCounts(written=sum(watermark is None or t >= watermark for t in times),
+                              behind_watermark=sum(watermark is not None and t < watermark
+                                                   for t in times))
+        seen = [t for t in (state.max_time if state else None, max(times, default=None))
+                if t is not None]
+        state = StreamState("q", batch, watermark, max(seen) if seen else None, before, counts)
+        if batch in crash_after and batch not in crashed:
+            crashed.add(batch)  # the record is written, Spark did not commit: rerun it
+            continue
+        decided.append((watermark, before + counts))
+        batch += 1
+    return decided
+
+
+@given(batch_times, st.sets(st.integers(0, 7)))
+def test_a_rerun_batch_decides_as_the_first_run(batches: list[list[int]],
+                                                crashes: set[int]) -> None:
+    assert run(batches, crashes) == run(batches, set())
+
+
+@given(batch_times)
+def test_the_watermark_is_sparks_rule_and_never_moves_back(batches: list[list[int]]) -> None:
+    decided = run(batches, set())
+    marks = [mark for mark, _ in decided]
+    assert all(a is None or (b is not None and b >= a) for a, b in pairwise(marks))
+    for index, mark in enumerate(marks):
+        earlier = [t for times in batches[:index] for t in times]
+        assert mark == (max(earlier) - LATENESS if earlier else None)
+    assert decided[-1][1].written + decided[-1][1].behind_watermark == sum(map(len, batches))
+
+
+def test_another_query_or_an_older_checkpoint_is_refused(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path / "store")
+    state = StreamState("q1", 3, 500, 900, StreamCounts(written=4), StreamCounts(written=1))
+    write_state(store, "g", state)
+    assert read_state(store, "g") == state
+    assert read_state(store, "other") is None
+    with pytest.raises(StreamOwnershipError, match="another streaming query"):
+        begin(state, "g", "q2", 4, LATENESS)
+    with pytest.raises(StreamOwnershipError, match="checkpoint is older than the store"):
+        begin(state, "g", "q1", 2, LATENESS)
+    assert begin(state, "g", "q1", 4, 100) == (800, StreamCounts(written=5))
+    assert advance(800, None, 100) == 800
+    store.close()
+
+
+def test_stream_source_uris() -> None:
+    assert parse_source("dir:/data/landing") == FileSource("/data/landing", "json")
+    redis_source = parse_source("redis://:secret@host:6380/2?stream=ev&layout=json&"
+                                "maxEntriesPerTrigger=500&startId=5-0&socket_timeout=3")
+    assert redis_source == RedisStreamSource("redis://:secret@host:6380/2?socket_timeout=3", "ev",
+                                             "json", "json", 500, "5-0")
+    assert "secret" not in redis_source.describe()
+    for bad, message in [("kafka://b/t", "unknown stream source"),
+                         ("dir:", "names no directory"),
+                         ("dir:x?format=csv", "use json or parquet"),
+                         ("dir:x?maxFilesPerTrigger=0", "not a positive count"),
+                         ("dir:x?colour=red", "unknown option 'colour'"),
+                         ("redis://h:1/0", "names no stream")]:
+        with pytest.raises(ValueError, match=message):
+            parse_source(bad)
