@@ -12,6 +12,7 @@ arrived late, the next upload adds them): they are counted and not written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -56,11 +57,36 @@ class TileWriteReport:
     behind_watermark: int = 0
 
 
-def _millis(column: pa.ChunkedArray) -> list[int | None]:
-    """Return event times as epoch milliseconds (None where null)."""
+def _millis(column: pa.ChunkedArray, name: str) -> list[int | None]:
+    """Return event times as epoch milliseconds (None where null).
+
+    Accepts what the batch side accepts: integers (epoch ms), timestamps and ISO-8601
+    strings (UTC when they carry no offset).
+
+    Raises:
+        ValueError: a string that is not an ISO-8601 time, naming the column.
+
+    """
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [None if text is None else _iso_millis(text, name) for text in column.to_pylist()]
     if pa.types.is_timestamp(column.type):
         column = pc.cast(pc.cast(column, pa.timestamp("ms")), pa.int64())
     return [None if t is None else int(t) for t in column.to_pylist()]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _iso_millis(text: str, name: str) -> int:
+    """Return an ISO-8601 time as epoch ms; one without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"time column {name!r} holds {text!r}, which is not an ISO-8601 time. "
+                         "Fix: send epoch milliseconds, timestamps or ISO-8601 strings") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
 def read_meta(store: KVStore, group_by: GroupBy) -> GroupByMeta:
@@ -144,7 +170,12 @@ class TileWriter:
 
         """
         meta = self.meta
-        times = _millis(events.column(self.time_column))
+        missing = [column for column in self.columns if column not in events.column_names]
+        if missing:
+            raise ValueError(f"the events lack the columns {missing} of GroupBy "
+                             f"{self.name!r}. Fix: send the source's rows after its select, "
+                             f"with {', '.join(self.columns)}")
+        times = _millis(events.column(self.time_column), self.time_column)
         keys = list(zip(*(events.column(key).to_pylist() for key in self.keys), strict=True))
         usable = np.array([t is not None and all(k is not None for k in key)
                            for t, key in zip(times, keys, strict=True)], dtype=bool)
