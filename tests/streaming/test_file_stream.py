@@ -148,6 +148,9 @@ def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, Tile
 
     restarted = run(world, spark, uri, checkpoint)
     restarted.await_termination()
-    assert restarted.batches[-1].batch == len(world.files) - 1
+    # Batch ids need not match the uninterrupted run's: a processing-time trigger may spend
+    # ids on no-data batches that only move the watermark. What must match is the store.
+    assert restarted.batches
+    assert restarted.batches[-1].batch >= state.batch
     assert restarted.totals == reference[1].totals
     assert all_tiles(uri, world.group_by) == all_tiles(reference[0], world.group_by)
