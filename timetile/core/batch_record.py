@@ -12,8 +12,9 @@ of its window before ``day_end``, ``[start(t), min(end(t), day_end))``, splits i
   column), so a start or end at any millisecond is exact.
 
 A lifetime feature keeps everything before ``day_end`` in its body. A fetch after
-``day_end + slack`` is still answered, but the record no longer covers the window's start
-exactly: :meth:`BatchRecord.covers` says so and the fetcher flags the response.
+``day_end + slack`` is still answered, from the edges and the recent events alone: the body
+no longer fits the window, so the value is incomplete. :meth:`BatchRecord.covers` says so,
+and the fetcher flags the response stale.
 
 Size: one state per feature plus the raw events of each column's edges, at most one slack
 of events per distinct window length. Fetch cost: O(features + edge events + new events).
