@@ -45,7 +45,7 @@ from timetile.cli_common import (
 from timetile.cli_common import console as stdout_console
 from timetile.cli_render import print_features, print_report, print_rows, print_summary
 from timetile.core.timeutil import ms_to_iso
-from timetile.demo_serving import serve_demo_fetch
+from timetile.demo_serving import DemoFetch, serve_demo_fetch
 from timetile.offline.backfill import AUTO, DEFAULT_EXECUTOR, EXECUTORS, BackfillJob
 from timetile.offline.report import JobReport
 from timetile.progress import JobProgress
@@ -71,7 +71,7 @@ _BACKFILL_EXAMPLE = """\
 _DEMO_EXAMPLE = """\
 [bold]Example[/]
 
-  [cyan]timetile demo[/]                                  [dim]# 200k views: ~30 s on 2 cores[/]
+  [cyan]timetile demo[/]                                  [dim]# 200k views: ~50 s on 2 cores[/]
   [cyan]timetile demo --events 2000000 --data-dir /tmp/tt-demo[/]   [dim]# bigger[/]
 
   [dim]Then rerun the backfill yourself, or edit the definitions:[/]
@@ -248,8 +248,9 @@ def demo(
     Writes users, listings, views, purchases, checkouts (with a few duplicate rows and
     rows without a time) and listing ratings as Parquet, computed by Spark from spark.range
     so it scales; backfills the features of examples/checkout_model.py for February 2024 on
-    local Spark; then uploads the state as of 2024-02-29 to an embedded store, streams the
-    next morning's events into it and fetches one row's features at noon, online.
+    local Spark; then uploads the state as of 2024-02-28 to an embedded store, lands the
+    next morning's events as JSON-lines files (DATA_DIR/../landing), streams them into the
+    store with the Structured Streaming job and fetches one row's features at noon, online.
     """
     console = stdout_console()
     with user_errors(debug):
@@ -271,7 +272,7 @@ def demo(
             sample = result.output.limit(show).collect() if show else []
             asked = [{key: row[key] for key in ("user_id", "seller_id")} for row in sample[:1]]
             with progress.stage(f"upload the state as of {demo_data.SERVE_DS}, stream the "
-                                "next morning, fetch online"):
+                                "next morning's landed files, fetch online"):
                 served = serve_demo_fetch(spark, chosen, data_dir, demo_data.SERVE_DS,
                                           asked or [{"user_id": 0, "seller_id": 0}])
         seconds = time.perf_counter() - began
@@ -285,9 +286,18 @@ def demo(
         print_features(console, fetched.features, set(), stale=fetched.stale, title=(
             f"served online from {served.store_uri} at {ms_to_iso(served.at)} for "
             f"{served.rows[0]}: the upload as of {demo_data.SERVE_DS} plus "
-            f"{served.streamed:,} streamed events, {agreement}"))
+            f"{served.streamed:,} events streamed by Structured Streaming from "
+            f"{served.landing} in {served.batches} micro-batches{_not_written(served)}, "
+            f"{agreement}"))
         print_summary(console, chosen, result.report, rows=result.rows, seconds=seconds,
                       definitions=definitions, output=target)
+
+
+def _not_written(served: DemoFetch) -> str:
+    """Name the demo's events the streams did not write (late or unusable), if any."""
+    counts = served.counts
+    left = counts.late + counts.behind_watermark + counts.unusable
+    return f" ({left:,} late or unusable, not written)" if left else ""
 
 
 @contextmanager

@@ -1,13 +1,20 @@
-"""The demo's last step: upload the checkout model's state and serve a fetch from it.
+"""The demo's last step: upload the checkout model's state, stream the next morning, serve.
 
 After the backfill, ``timetile demo`` uploads the batch records as of the last backfilled
-day into an embedded store next to the data, streams the next morning's purchases into it
-as tiles, and fetches a few checkouts' features at noon the next day, the same numbers a
-backfill would give at that millisecond (DESIGN §5).
+day into an embedded store next to the data, lands the next morning's events of every event
+source of the join as JSON-lines files (``landing/{group_by}/events-0000.json``, …, in time
+order), streams them into the store with the Structured Streaming job
+(:func:`~timetile.streaming.job.stream_group_by`, one query per GroupBy, checkpoints under
+``checkpoints/{group_by}``), and fetches a few checkouts' features at noon the next day: the
+same numbers a backfill gives at that millisecond (DESIGN §5).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +29,15 @@ from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.offline.backfill import backfill
 from timetile.online.fetcher import Fetcher, FetchResult
 from timetile.online.store import open_store
-from timetile.online.tiles import put_events
 from timetile.online.upload import UploadReport, upload
+from timetile.streaming.file_source import FileSource
+from timetile.streaming.job import stream_group_by
+from timetile.streaming.state import StreamCounts
 from timetile.testing.compare import same_value
+
+#: How many JSON-lines files each GroupBy's morning is landed as (the stream reads the files
+#: there in one micro-batch; files landed later would go in the next).
+LANDED_FILES = 3
 
 
 @dataclass(frozen=True)
@@ -33,42 +46,101 @@ class DemoFetch:
 
     store_uri: str
     upload: UploadReport
-    streamed: int
+    landing: Path
+    """The folder the morning's events were landed in, one subfolder per GroupBy."""
+    counts: StreamCounts
+    """The streams' totals, all GroupBys together."""
+    batches: int
+    """Micro-batches run, all GroupBys together."""
     at: int
     rows: list[dict[str, Any]]
     results: list[FetchResult]
     mismatches: list[str]
     """Features whose served value differs from the backfill's at the same time (none)."""
 
+    @property
+    def streamed(self) -> int:
+        """The events the streams wrote into tiles."""
+        return self.counts.written
+
 
 def serve_demo_fetch(spark: SparkSession, join: Join, data_dir: Path, ds: str,
                      keys: list[dict[str, Any]]) -> DemoFetch:
-    """Upload ``join``, stream the next morning, and fetch ``keys`` at noon.
+    """Upload ``join``, stream the next morning from landed files, and fetch ``keys`` at noon.
 
-    The records are as of the end of ``ds``; the events of the next day's first 12 hours
-    of every event source of the join are written as streaming tiles, read from Parquet in
-    the driver: fine for the demo's size, where a deployment streams them
-    (``put_events`` per micro-batch). The store is embedded, next to ``data_dir``.
+    The records are as of the end of ``ds``. The events of the next day's first 12 hours of
+    every event source of the join are landed as :data:`LANDED_FILES` JSON-lines files per
+    GroupBy, then each GroupBy's Structured Streaming job reads its folder until idle. The
+    store, the landing and checkpoint folders are next to ``data_dir`` and started afresh on
+    every run, so the demo is repeatable (the stream's own record lives in the store).
     """
-    store_uri = f"lmdb://{(data_dir.parent / 'store').resolve()}"
+    root = data_dir.parent
+    store_dir, landing, checkpoints = root / "store", root / "landing", root / "checkpoints"
+    group_bys = {part.group_by.name: part.group_by for part in join.join_parts}
+    _remove_store(store_dir)
+    for name in group_bys:
+        shutil.rmtree(landing / name, ignore_errors=True)
+        shutil.rmtree(checkpoints / name, ignore_errors=True)
+    store_uri = f"lmdb://{store_dir.resolve()}"
     uploaded = upload(join, spark, ds, store_uri)
     day_end = date_to_ms(ds) + DAY_MS
     at = day_end + 12 * HOUR_MS
-    streamed = 0
-    group_bys = {part.group_by.name: part.group_by for part in join.join_parts}
+    counts, batches = StreamCounts(), 0
+    for name, group_by in group_bys.items():
+        source = group_by.source
+        assert isinstance(source, EventSource)
+        assert isinstance(source.table, str)
+        folder = landing / name
+        land_morning(source.table, source.time_column, day_end, at, folder)
+        stream = stream_group_by(group_by, spark, FileSource(str(folder.resolve()), "json"),
+                                 store_uri, str((checkpoints / name).resolve()),
+                                 until_idle=True)
+        stream.await_termination()
+        counts += stream.totals
+        batches += len(stream.batches)
     with open_store(store_uri) as store:
-        for group_by in group_bys.values():
-            source = group_by.source
-            assert isinstance(source, EventSource)
-            assert isinstance(source.table, str)
-            events = pq.read_table(source.table)
-            times = pc.fill_null(events.column(source.time_column), -1)
-            morning = events.filter(pc.and_(pc.greater_equal(times, day_end),
-                                            pc.less(times, at)))
-            streamed += put_events(store, group_by, morning, f"demo-{ds}").written
         results = Fetcher(join, store).fetch(keys, at=at)
-    return DemoFetch(store_uri, uploaded, streamed, at, keys, results,
+    return DemoFetch(store_uri, uploaded, landing, counts, batches, at, keys, results,
                      _check(spark, join, keys[0], at, results[0]))
+
+
+def land_morning(table: str, time_column: str, start: int, end: int, folder: Path, *,
+                 files: int = LANDED_FILES) -> list[Path]:
+    """Land the events of ``table`` in ``[start, end)`` as JSON-lines files, in time order.
+
+    Each file is written beside ``folder`` and moved in when complete, as a producer should;
+    their modification times are 10 s apart, so Spark's file source reads them in order.
+    NaN and infinities are written as ``NaN`` / ``Infinity``, which Spark's JSON reader takes.
+    """
+    events = pq.read_table(table)
+    times = pc.fill_null(events.column(time_column), -1)
+    morning = events.filter(pc.and_(pc.greater_equal(times, start), pc.less(times, end)))
+    rows = sorted(morning.to_pylist(), key=lambda row: row[time_column])
+    folder.mkdir(parents=True, exist_ok=True)
+    size = max(1, math.ceil(len(rows) / files))
+    landed = []
+    base = 1_700_000_000
+    for index in range(files):
+        chunk = rows[index * size:(index + 1) * size]
+        path = folder / f"events-{index:04d}.json"
+        scratch = folder.parent / f".{folder.name}-{path.name}.tmp"
+        scratch.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in chunk),
+                           encoding="utf-8")
+        os.utime(scratch, (base + 10 * index, base + 10 * index))
+        scratch.rename(path)
+        landed.append(path)
+    return landed
+
+
+def _remove_store(folder: Path) -> None:
+    """Remove the demo's previous LMDB store, refusing a folder that is something else."""
+    if not folder.exists():
+        return
+    if not (folder / "data.mdb").exists() or any(
+            entry.name not in ("data.mdb", "lock.mdb") for entry in folder.iterdir()):
+        raise FileExistsError(f"{folder} is not the demo's LMDB store: move it, or choose "
+                              "another --data-dir")
+    shutil.rmtree(folder)
 
 
 def _check(spark: SparkSession, join: Join, key: dict[str, Any], at: int,

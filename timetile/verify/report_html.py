@@ -24,7 +24,7 @@ th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 tr.bad td { color: #b00020; }
 .plots { display: flex; flex-wrap: wrap; gap: 12px; }
-svg text { font-size: 10px; fill: #444; }
+svg text { font-size: 10px; }
 """
 
 
@@ -67,11 +67,14 @@ def line_svg(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str 
 
     The x axis spans every series' points; y runs from 0 to ``y_max`` (their peak by
     default), labelled as percentages with ``percent``. A legend above the plot names each
-    series in its colour.
+    series in its colour, on as many rows as it needs: each extra row makes the picture
+    12 px taller than ``height``, the plot keeps its size.
 
     >>> svg = line_svg({"a": [(0, 0.0), (1, 0.5)], "b": [(1, 1.0)]})
     >>> svg.count('class="point"'), svg.count("<polyline")
     (3, 2)
+    >>> 'height="252"' in line_svg({"a" * 60: [], "b" * 60: []})  # a second legend row
+    True
     """
     points = [point for line in series.values() for point in line]
     x_lo = min((x for x, _ in points), default=0.0)
@@ -79,14 +82,24 @@ def line_svg(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str 
     top = y_max if y_max is not None else max((y for _, y in points), default=0.0)
     top = top or 1.0
     plot_w, plot_h = width - 2 * _MARGIN, height - 2 * _MARGIN
+    legend: list[tuple[float, float]] = []
+    legend_x, legend_y = float(_MARGIN), 26.0
+    for name in series:
+        wide = 6 * len(name) + 24
+        if legend_x > _MARGIN and legend_x + wide > width - _MARGIN / 2:
+            legend_x, legend_y = float(_MARGIN), legend_y + 12
+        legend.append((legend_x, legend_y))
+        legend_x += wide
+    shift = legend_y - 26  # extra legend rows push the plot down
+    height += round(shift)
 
     def place(x: float, y: float) -> tuple[float, float]:
         share = (x - x_lo) / (x_hi - x_lo) if x_hi > x_lo else 0.5
-        return _MARGIN + share * plot_w, _MARGIN + plot_h * (1 - y / top)
+        return _MARGIN + share * plot_w, _MARGIN + shift + plot_h * (1 - y / top)
 
     label = (lambda value: f"{value:.3g}%") if percent else _number
-    parts = [_open(width, height), _text(width / 2, 12, title, "middle"), _axes(width, height)]
-    legend_x = float(_MARGIN)
+    parts = [_open(width, height), _text(width / 2, 12, title, "middle"),
+             _axes(width, height, top=_MARGIN + round(shift))]
     for index, (name, line) in enumerate(series.items()):
         colour = COLOURS[index % len(COLOURS)]
         placed = [place(x, y) for x, y in line]
@@ -96,9 +109,8 @@ def line_svg(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str 
         parts.extend(f'<circle class="point" cx="{x:.2f}" cy="{y:.2f}" r="2.5" '
                      f'fill="{colour}"><title>{html.escape(name)}: {label(value)}</title>'
                      '</circle>' for (x, y), (_, value) in zip(placed, line, strict=True))
-        parts.append(_text(legend_x, 26, f"■ {name}", "start", colour))
-        legend_x += 6 * len(name) + 24
-    parts.append(_text(_MARGIN - 4, _MARGIN + 4, label(top), "end"))
+        parts.append(_text(*legend[index], f"■ {name}", "start", colour))
+    parts.append(_text(_MARGIN - 4, _MARGIN + shift + 4, label(top), "end"))
     parts.append(_text(_MARGIN - 4, height - _MARGIN, "0", "end"))
     parts.append(_text(width / 2, height - 6, x_label, "middle"))
     parts.append("</svg>")
@@ -110,9 +122,9 @@ def _open(width: int, height: int) -> str:
             f'viewBox="0 0 {width} {height}">')
 
 
-def _axes(width: int, height: int) -> str:
+def _axes(width: int, height: int, top: int = _MARGIN) -> str:
     bottom, right = height - _MARGIN, width - _MARGIN
-    return (f'<path d="M{_MARGIN},{_MARGIN} V{bottom} H{right}" fill="none" '
+    return (f'<path d="M{_MARGIN},{top} V{bottom} H{right}" fill="none" '
             'stroke="#888"/>')
 
 
