@@ -11,9 +11,6 @@ same numbers a backfill gives at that millisecond (DESIGN §5).
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +27,7 @@ from timetile.offline.backfill import backfill
 from timetile.online.fetcher import Fetcher, FetchResult
 from timetile.online.store import open_store
 from timetile.online.upload import UploadReport, upload
-from timetile.streaming.file_source import FileSource
+from timetile.streaming.file_source import FileSource, land_json_lines
 from timetile.streaming.job import stream_group_by
 from timetile.streaming.state import StreamCounts
 from timetile.testing.compare import same_value
@@ -108,28 +105,14 @@ def land_morning(table: str, time_column: str, start: int, end: int, folder: Pat
                  files: int = LANDED_FILES) -> list[Path]:
     """Land the events of ``table`` in ``[start, end)`` as JSON-lines files, in time order.
 
-    Each file is written beside ``folder`` and moved in when complete, as a producer should;
-    their modification times are 10 s apart, so Spark's file source reads them in order.
-    NaN and infinities are written as ``NaN`` / ``Infinity``, which Spark's JSON reader takes.
+    Written and moved in as a producer should (:func:`land_json_lines`), so Spark's file
+    source reads them in order.
     """
     events = pq.read_table(table)
     times = pc.fill_null(events.column(time_column), -1)
     morning = events.filter(pc.and_(pc.greater_equal(times, start), pc.less(times, end)))
     rows = sorted(morning.to_pylist(), key=lambda row: row[time_column])
-    folder.mkdir(parents=True, exist_ok=True)
-    size = max(1, math.ceil(len(rows) / files))
-    landed = []
-    base = 1_700_000_000
-    for index in range(files):
-        chunk = rows[index * size:(index + 1) * size]
-        path = folder / f"events-{index:04d}.json"
-        scratch = folder.parent / f".{folder.name}-{path.name}.tmp"
-        scratch.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in chunk),
-                           encoding="utf-8")
-        os.utime(scratch, (base + 10 * index, base + 10 * index))
-        scratch.rename(path)
-        landed.append(path)
-    return landed
+    return land_json_lines(folder, rows, files)
 
 
 def _remove_store(folder: Path) -> None:

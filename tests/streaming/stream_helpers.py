@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +17,7 @@ from timetile.online.layout import encode_key, tile_table
 from timetile.online.store import Tile, open_store
 from timetile.online.tiles import read_meta
 from timetile.online.upload import upload
+from timetile.streaming.file_source import land_json_lines
 from timetile.testing import random_events, same_value, to_spark
 
 DS = "2024-01-02"
@@ -94,31 +92,10 @@ def make_world(spark: Any, folder: Path, *, files: int = 5) -> World:
     return World(table, users, join, uploaded, rows, landed, at, truth)
 
 
-def json_line(row: dict[str, Any]) -> str:
-    """One JSON line; NaN and infinities as NaN / Infinity, which Spark's JSON reader takes."""
-    return json.dumps(row, ensure_ascii=False)
-
-
 def write_files(folder: Path, rows: list[dict[str, Any]], parts: int,
                 start: int = 0) -> list[Path]:
-    """Land ``rows`` as ``parts`` JSON-lines files, in order, each moved in when complete.
-
-    Modification times are 10 s apart, so Spark's file source reads them in this order.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    size = math.ceil(len(rows) / parts)
-    landed = []
-    base = 1_700_000_000
-    for index in range(parts):
-        chunk = rows[index * size:(index + 1) * size]
-        path = folder / f"events-{start + index:04d}.json"
-        scratch = folder.parent / f".{path.name}.tmp"
-        scratch.write_text("".join(json_line(row) + "\n" for row in chunk), encoding="utf-8")
-        moment = base + 10 * (start + index)
-        os.utime(scratch, (moment, moment))
-        scratch.rename(path)
-        landed.append(path)
-    return landed
+    """Land ``rows`` as ``parts`` JSON-lines files, in order (see ``land_json_lines``)."""
+    return land_json_lines(folder, rows, parts, first=start)
 
 
 def mismatches(world: World, store_uri: str, times: list[int] | None = None) -> list[Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from stream_helpers import World, json_line, mismatches
+from stream_helpers import World, mismatches
 
 from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.streaming.redis_source import RedisStreamSource
@@ -29,7 +29,7 @@ def text(value: Any) -> str:
 
 def entry(row: dict[str, Any], layout: str) -> dict[str, str]:
     if layout == "json":
-        return {"json": json_line(row)}
+        return {"json": json.dumps(row, ensure_ascii=False)}
     return {name: text(value) for name, value in row.items() if value is not None}
 
 
