@@ -20,9 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timetile.api.group_by import GroupBy
-from timetile.core.aggregators import bucketed_values
-from timetile.core.batch_record import Series, split_series
-from timetile.core.types import ValueType
+from timetile.core.batch_record import split_series
 from timetile.online.layout import (
     META_TABLE,
     TILE_MS,
@@ -31,6 +29,7 @@ from timetile.online.layout import (
     encode_events,
     encode_key,
     online_features,
+    series_rows,
     tile_table,
 )
 from timetile.online.store import KVStore
@@ -185,15 +184,25 @@ class TileWriter:
                   else np.zeros_like(usable))
         kept = np.flatnonzero(usable & ~late & ~behind)
         groups: dict[tuple[bytes, int], list[int]] = {}
+        encoded: dict[tuple[Any, ...], bytes] = {}  # each distinct key is encoded once
         for row in kept:
-            key = encode_key(keys[row], meta.key_types)
+            key = encoded.get(keys[row])
+            if key is None:
+                key = encoded[keys[row]] = encode_key(keys[row], meta.key_types)
             groups.setdefault((key, int(stamp[row] - stamp[row] % TILE_MS)), []).append(int(row))
-        columns = {name: events.column(name).to_pylist()
-                   for name in {*meta.value_types} if name in events.column_names}
+        # Every series of the whole batch at once, its rows ordered group by group; then each
+        # group's values are a slice: no per-group Arrow work.
+        order = np.array([row for rows in groups.values() for row in rows], dtype=np.int64)
+        ordered_times = stamp[order]
+        cuts = np.cumsum([0, *(len(rows) for rows in groups.values())])
+        whole = {name: (values, ordered_times[rows], np.searchsorted(rows, cuts))
+                 for name, (values, rows) in series_rows(
+                     events.take(pa.array(order, type=pa.int64())), self.series).items()}
         entries = []
-        for (key, tile), rows in groups.items():
-            series = {name: _series(name, value_type, columns, rows, stamp)
-                      for name, value_type in self.series.items()}
+        for index, (key, tile) in enumerate(groups):
+            series = {name: (values[bounds[index]:bounds[index + 1]],
+                             kept_times[bounds[index]:bounds[index + 1]])
+                      for name, (values, kept_times, bounds) in whole.items()}
             entries.append((key, tile, batch.encode(), encode_events(series)))
         if entries:
             store.put_tiles(self.table, entries)
@@ -219,17 +228,3 @@ def put_events(store: KVStore, group_by: GroupBy, events: pa.Table, batch: str) 
     """
     check_servable(group_by)
     return TileWriter.from_store(store, group_by).write(store, events, batch)
-
-
-def _series(name: str, value_type: ValueType, columns: dict[str, list[Any]],
-            rows: list[int], stamp: np.ndarray) -> Series:
-    """Return a series' non-null values (with buckets for ``column/bucket``) and times."""
-    column, bucket = split_series(name)
-    values = columns[column]
-    buckets = columns[bucket] if bucket else None
-    kept = [row for row in rows if values[row] is not None
-            and (buckets is None or buckets[row] is not None)]
-    array = np.array([values[row] for row in kept], dtype=value_type.numpy_dtype)
-    if buckets is not None:
-        array = bucketed_values([buckets[row] for row in kept], array, value_type)
-    return array, stamp[kept]

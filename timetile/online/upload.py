@@ -30,13 +30,10 @@ from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EventSource
-from timetile.core.aggregators import bucketed_values
 from timetile.core.batch_record import (
     DEFAULT_SLACK_MS,
     OnlineFeature,
-    Series,
     build_record,
-    split_series,
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.core.windows import WindowKind
@@ -50,6 +47,7 @@ from timetile.online.layout import (
     encode_key,
     feature_signature,
     online_features,
+    table_series,
 )
 from timetile.online.store import open_store
 
@@ -93,26 +91,8 @@ class _RecordWriter:
         self.keys = list(group_by.keys)
         self.table = batch_table(group_by.name)
         self.features = tuple(features)
+        self.series = {feature.series: feature.value_type for feature in features}
         self.meta = meta
-
-    def _series(self, group: pa.Table) -> dict[str, Series]:
-        times = group.column(TIME).to_numpy().astype(np.int64)
-        series: dict[str, Series] = {}
-        for feature in self.features:
-            if feature.series in series:
-                continue
-            column, bucket = split_series(feature.series)
-            valid = pc.is_valid(group.column(column))
-            if bucket:
-                valid = pc.and_(valid, pc.is_valid(group.column(bucket)))
-            mask = valid.to_numpy(zero_copy_only=False)
-            values = pc.filter(group.column(column), valid).to_numpy(zero_copy_only=False)
-            values = values.astype(feature.value_type.numpy_dtype)
-            if bucket:
-                buckets = pc.filter(group.column(bucket), valid).to_numpy(zero_copy_only=False)
-                values = bucketed_values(buckets, values, feature.value_type)
-            series[feature.series] = (values, times[mask])
-        return series
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write the records of this partition's keys; yield (records, bytes) written."""
@@ -124,7 +104,9 @@ class _RecordWriter:
                 for begin, end in group_bounds(whole, keys):
                     group = whole.slice(begin, end - begin)
                     group = group.take(pc.sort_indices(group, sort_keys=[(TIME, "ascending")]))
-                    record = build_record(self.features, self._series(group),
+                    times = group.column(TIME).to_numpy().astype(np.int64)
+                    record = build_record(self.features,
+                                          table_series(group, times, self.series),
                                           self.meta.day_end, self.meta.slack)
                     key = encode_key([group.column(k)[0].as_py() for k in keys],
                                      self.meta.key_types)
