@@ -249,8 +249,9 @@ def demo(
     rows without a time) and listing ratings as Parquet, computed by Spark from spark.range
     so it scales; backfills the features of examples/checkout_model.py for February 2024 on
     local Spark; then uploads the state as of 2024-02-28 to an embedded store, lands the
-    next morning's events as JSON-lines files (DATA_DIR/../landing), streams them into the
-    store with the Structured Streaming job and fetches one row's features at noon, online.
+    next morning's events and rating changes as JSON-lines files (DATA_DIR/../landing),
+    streams them into the store with the Structured Streaming job and fetches one row's
+    features (the checkout model's, and the listing's rating) at noon, online.
     """
     console = stdout_console()
     with user_errors(debug):
@@ -265,16 +266,21 @@ def demo(
                 demo_data.generate(spark, data_dir, events=events, seed=seed)
             with _environment(demo_data.DATA_ENV, str(data_dir)):
                 chosen = pick_join(definitions, load_joins(definitions), "checkout_model")
+                ratings_file = demo_data.example_path("listing_ratings")
+                ratings = pick_join(ratings_file, load_joins(ratings_file), "listing_ratings")
+            # online: the checkout model plus the listing's rating, streamed from its change log
+            online = Join(chosen.name, chosen.left, [*chosen.parts, ratings.parts[0]])
             result = run_backfill(spark, chosen, progress, start=demo_data.BACKFILL_START,
                                   end=demo_data.BACKFILL_END, output=str(target),
                                   output_format=OutputFormat.parquet, strict=False,
                                   overwrite=True)
             sample = result.output.limit(show).collect() if show else []
-            asked = [{key: row[key] for key in ("user_id", "seller_id")} for row in sample[:1]]
+            asked = [{key: row[key] for key in ("user_id", "seller_id", "listing_id")}
+                     for row in sample[:1]]
             with progress.stage(f"upload the state as of {demo_data.SERVE_DS}, stream the "
                                 "next morning's landed files, fetch online"):
-                served = serve_demo_fetch(spark, chosen, data_dir, demo_data.SERVE_DS,
-                                          asked or [{"user_id": 0, "seller_id": 0}])
+                served = serve_demo_fetch(spark, online, data_dir, demo_data.SERVE_DS, asked or [
+                    {"user_id": 0, "seller_id": 0, "listing_id": 0}])
         seconds = time.perf_counter() - began
         print_report(console, result.report, str(target), result.rows)
         if sample:
@@ -286,7 +292,7 @@ def demo(
         print_features(console, fetched.features, set(), stale=fetched.stale, title=(
             f"served online from {served.store_uri} at {ms_to_iso(served.at)} for "
             f"{served.rows[0]}: the upload as of {demo_data.SERVE_DS} plus "
-            f"{served.streamed:,} events streamed by Structured Streaming from "
+            f"{served.streamed:,} events and rating changes streamed by Structured Streaming from "
             f"{served.landing} in {served.batches} micro-batches{_not_written(served)}, "
             f"{agreement}"))
         print_summary(console, chosen, result.report, rows=result.rows, seconds=seconds,

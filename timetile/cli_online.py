@@ -103,7 +103,9 @@ _STREAM_EXAMPLE = """\
   (Ctrl-C) and restart it with the same --checkpoint at any time: the store ends as if it
   never stopped. --until-idle processes what is there and exits (catch-up runs, tests).
   Events older than the watermark (the newest event time minus --lateness) or before the
-  upload's day end are counted, not written: the next upload adds them.[/]
+  upload's day end are counted, not written: the next upload adds them. For a GroupBy of
+  an entity source the stream is its change log: rows like its mutation table (row
+  columns, mutation_ts, is_before), counted by mutation time.[/]
 """
 
 _Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of errors.")]
@@ -389,7 +391,7 @@ def stream(
         show_default=False)] = None,
     debug: _Debug = False,
 ) -> None:
-    """Stream a GroupBy's events into the store's tiles, one micro-batch at a time.
+    """Stream a GroupBy's events (or an entity source's mutations) into the store's tiles.
 
     Runs a Spark Structured Streaming query until stopped (Ctrl-C) or, with --until-idle,
     until the source is drained; prints one line per micro-batch: events written, and

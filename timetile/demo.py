@@ -207,11 +207,12 @@ def _tables(spark: SparkSession, sizes: DemoSizes, seed: int) -> dict[str, DataF
     }
 
 
-def example_path() -> Path:
-    """Return the demo's definitions file, ``timetile/examples/checkout_model.py``.
+def example_path(name: str = "checkout_model") -> Path:
+    """Return a definitions file of the demo: ``timetile/examples/{name}.py``.
 
-    It ships inside the package, so the demo runs from a clone and from an installed wheel.
+    They ship inside the package, so the demo runs from a clone and from an installed wheel.
     """
-    from timetile.examples import checkout_model  # noqa: PLC0415  (reads the data path)
-
-    return Path(checkout_model.__file__)
+    path = Path(__file__).parent / "examples" / f"{name}.py"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: reinstall timetile (pip install -e .)")
+    return path

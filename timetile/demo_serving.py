@@ -2,8 +2,9 @@
 
 After the backfill, ``timetile demo`` uploads the batch records as of the last backfilled
 day into an embedded store next to the data, lands the next morning's events of every event
-source of the join as JSON-lines files (``landing/{group_by}/events-0000.json``, …, in time
-order), streams them into the store with the Structured Streaming job
+source of the join (and the mutations of every entity source: the listing ratings' change
+log) as JSON-lines files (``landing/{group_by}/events-0000.json``, …, in time order),
+streams them into the store with the Structured Streaming job
 (:func:`~timetile.streaming.job.stream_group_by`, one query per GroupBy, checkpoints under
 ``checkpoints/{group_by}``), and fetches a few checkouts' features at noon the next day: the
 same numbers a backfill gives at that millisecond (DESIGN §5).
@@ -65,11 +66,12 @@ def serve_demo_fetch(spark: SparkSession, join: Join, data_dir: Path, ds: str,
                      keys: list[dict[str, Any]]) -> DemoFetch:
     """Upload ``join``, stream the next morning from landed files, and fetch ``keys`` at noon.
 
-    The records are as of the end of ``ds``. The events of the next day's first 12 hours of
-    every event source of the join are landed as :data:`LANDED_FILES` JSON-lines files per
-    GroupBy, then each GroupBy's Structured Streaming job reads its folder until idle. The
-    store, the landing and checkpoint folders are next to ``data_dir`` and started afresh on
-    every run, so the demo is repeatable (the stream's own record lives in the store).
+    The records are as of the end of ``ds``. The events (or, of an entity source, the
+    mutations) of the next day's first 12 hours of every source of the join are landed as
+    :data:`LANDED_FILES` JSON-lines files per GroupBy, then each GroupBy's Structured
+    Streaming job reads its folder until idle. The store, the landing and checkpoint folders
+    are next to ``data_dir`` and started afresh on every run, so the demo is repeatable
+    (the stream's own record lives in the store).
     """
     root = data_dir.parent
     store_dir, landing, checkpoints = root / "store", root / "landing", root / "checkpoints"
@@ -85,10 +87,12 @@ def serve_demo_fetch(spark: SparkSession, join: Join, data_dir: Path, ds: str,
     counts, batches = StreamCounts(), 0
     for name, group_by in group_bys.items():
         source = group_by.source
-        assert isinstance(source, EventSource)
-        assert isinstance(source.table, str)
+        table, column = ((source.table, source.time_column) if isinstance(source, EventSource)
+                         else (source.mutation_table, source.mutation_time_column))
+        assert isinstance(table, str)
+        assert column is not None
         folder = landing / name
-        land_morning(source.table, source.time_column, day_end, at, folder)
+        land_morning(table, column, day_end, at, folder)
         stream = stream_group_by(group_by, spark, FileSource(str(folder.resolve()), "json"),
                                  store_uri, str((checkpoints / name).resolve()),
                                  until_idle=True)
@@ -103,7 +107,7 @@ def serve_demo_fetch(spark: SparkSession, join: Join, data_dir: Path, ds: str,
 
 def land_morning(table: str, time_column: str, start: int, end: int, folder: Path, *,
                  files: int = LANDED_FILES) -> list[Path]:
-    """Land the events of ``table`` in ``[start, end)`` as JSON-lines files, in time order.
+    """Land the rows of ``table`` in ``[start, end)`` as JSON-lines files, in time order.
 
     Written and moved in as a producer should (:func:`land_json_lines`), so Spark's file
     source reads them in order.

@@ -16,6 +16,7 @@ partition column; the mutations must have them all.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -105,14 +106,25 @@ def load_entity(spark: SparkSession, source: EntitySource, field: str) -> Entity
     snapshots = snapshots.withColumn(TIME, _row_time(snapshots, source))
     mutations = None
     if source.mutation_table is not None:
-        mutations = _load_mutations(spark, source, field, row_columns)
+        mutations = mutation_rows(read_table(spark, source.mutation_table), source, field,
+                                  row_columns)
     return EntityTables(source, row_columns, snapshots, mutations, partitions)
 
 
-def _load_mutations(spark: SparkSession, source: EntitySource, field: str,
-                    row_columns: tuple[str, ...]) -> DataFrame:
+def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
+                  row_columns: Sequence[str]) -> DataFrame:
+    """Return raw mutation rows as :func:`load_entity` loads them. No job runs.
+
+    Applies the source's ``where`` and ``select`` and parses the times: the row columns,
+    :data:`~timetile.offline.sources.TIME` (the row's time), :data:`MUTATION_TIME` and
+    :data:`IS_BEFORE`. The streaming job reads a CDC stream through it too, so both sides
+    see the same mutations. ``field`` names the source in errors (``parts[0].source``).
+
+    Raises:
+        DefinitionError: a mutation column or a row column is missing.
+
+    """
     where = f"{field}.mutation_table"
-    raw = read_table(spark, source.mutation_table)
     flags = (source.mutation_time_column, source.is_before_column)
     for name, column in zip(("mutation_time_column", "is_before_column"), flags, strict=True):
         if column not in raw.columns:
@@ -121,7 +133,8 @@ def _load_mutations(spark: SparkSession, source: EntitySource, field: str,
                 f"{column!r} is not a column of the mutation table {source.mutation_table!r}"
                 if isinstance(source.mutation_table, str) else
                 f"{column!r} is not a column of the mutation table", one_of(column, raw.columns))
-    check_time_zone(spark, raw, source.mutation_time_column, f"{field}.mutation_time_column")
+    check_time_zone(raw.sparkSession, raw, source.mutation_time_column,
+                    f"{field}.mutation_time_column")
     raw = raw.withColumns({
         MUTATION_TIME: time_millis(source.mutation_time_column,
                                    raw.schema[source.mutation_time_column].dataType),
@@ -135,3 +148,20 @@ def _load_mutations(spark: SparkSession, source: EntitySource, field: str,
             "give the mutations the same row columns as the snapshots (or select them)")
     mutations = mutations.select(*row_columns, MUTATION_TIME, IS_BEFORE)
     return mutations.withColumn(TIME, _row_time(mutations, source))
+
+
+def plain_values(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """Return ``frame`` with its timestamp and date ``columns`` as epoch milliseconds and days.
+
+    Row images stored online hold plain scalars (ints, floats, strings, booleans); both the
+    upload of snapshot rows and the stream of mutations pass through this, so their images
+    compare equal. No job runs.
+    """
+    casts = {}
+    for column in columns:
+        kind = coarse_type(frame.schema[column].dataType)
+        if kind == "timestamp":
+            casts[column] = F.unix_millis(F.col(column).cast("timestamp"))
+        elif kind == "date":
+            casts[column] = F.unix_date(F.col(column))
+    return frame.withColumns(casts) if casts else frame

@@ -6,6 +6,9 @@ record's body and edges with those events (:meth:`BatchRecord.state`) and finali
 the same aggregators the backfill runs (DESIGN §5). A key with no record and no events gets
 the empty-window values: count 0, everything else null. A record that no longer covers the
 fetch time (the next upload is late) still answers, and the result says so in ``stale``.
+
+An entity source's part replays each key's rows as of the upload with the mutations streamed
+since (:mod:`timetile.online.entity_records`), as the backfill's entity executor does.
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join, JoinPart
 from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
+from timetile.online.entity_records import EntityRecord, EntityServing, decode_mutations
 from timetile.online.layout import (
     META_TABLE,
     GroupByMeta,
     KeyValueError,
     batch_table,
-    check_servable,
     decode_events,
     encode_key,
     feature_signature,
@@ -36,7 +39,7 @@ from timetile.online.layout import (
     series_dtypes,
     tile_table,
 )
-from timetile.online.store import KVStore
+from timetile.online.store import KVStore, Tile
 
 #: Bytes of encoded records (and of tiles) whose decoded form a fetcher keeps: they never
 #: change until the next upload (a new record is new bytes), so hot keys skip decoding.
@@ -94,12 +97,13 @@ class FetchResult:
 
 @dataclass(frozen=True)
 class _Served:
-    """One GroupBy as the fetcher serves it."""
+    """One GroupBy as the fetcher serves it: an event source's features, or an entity's."""
 
     group_by: GroupBy
     meta: GroupByMeta
     features: tuple[OnlineFeature, ...]
     dtypes: Mapping[str, np.dtype[Any]]
+    entity: EntityServing | None
 
 
 class Fetcher:
@@ -111,7 +115,6 @@ class Fetcher:
         clock: epoch milliseconds now, for fetches without ``at``.
 
     Raises:
-        DefinitionError: a part cannot be served online (entity sources).
         NotUploadedError: a GroupBy has no upload in the store.
 
     """
@@ -124,8 +127,6 @@ class Fetcher:
         self._served: dict[str, _Served] = {}
         self._records = _DecodeCache(CACHE_BYTES)
         self._tiles = _DecodeCache(CACHE_BYTES)
-        for index, part in enumerate(join.join_parts):
-            check_servable(part.group_by, f"parts[{index}]")
         self.refresh()
 
     def refresh(self) -> None:
@@ -149,8 +150,10 @@ class Fetcher:
                 raise NotUploadedError(
                     f"GroupBy {name} changed since its upload (features, keys or accuracy "
                     f"differ from what the store holds). Fix: run `timetile upload` for it")
-            features = online_features(group_bys[name], meta.value_types)
-            served[name] = _Served(group_bys[name], meta, features, series_dtypes(features))
+            group_by = group_bys[name]
+            features = online_features(group_by, meta.value_types)
+            entity = EntityServing.of(group_by, meta) if meta.row_columns else None
+            served[name] = _Served(group_by, meta, features, series_dtypes(features), entity)
         self._served = served
 
     @property
@@ -206,6 +209,10 @@ class Fetcher:
         records = self.store.multi_get(batch_table(group_by.name), keys)
         tiles = self.store.get_tiles(tile_table(group_by.name), keys, meta.day_end, when + 1)
         prefix = f"{part.prefix}_" if part.prefix else ""
+        if served.entity is not None:
+            self._entity_part(served, served.entity, records, tiles, when=when, prefix=prefix,
+                              results=results)
+            return
         empty = BatchRecord(meta.day_end, meta.slack, {}, {})
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
             record = empty if data is None else self._records.get(
@@ -219,6 +226,27 @@ class Fetcher:
             states = record.states(served.features, when, recent)
             for feature, state in zip(served.features, states, strict=True):
                 result.features[prefix + feature.name] = feature.aggregator.finalize(state)
+
+
+    def _entity_part(self, served: _Served, entity: EntityServing,
+                     records: Sequence[bytes | None], tiles: Sequence[Sequence[Tile]], *,
+                     when: int, prefix: str, results: list[FetchResult]) -> None:
+        """Replay each key's rows and the mutations since (:mod:`.entity_records`)."""
+        meta = served.meta
+        for result, data, key_tiles in zip(results, records, tiles, strict=True):
+            record = (EntityRecord(meta.day_end, ()) if data is None
+                      else self._records.get(data, EntityRecord.from_bytes))
+            if record.day_end < meta.day_end:  # the key was not in the last snapshot
+                record = EntityRecord(meta.day_end, ())
+            name = served.group_by.name
+            if not record.day_end <= when < record.day_end + meta.slack and (
+                    name not in result.stale):
+                result.stale.append(name)
+            mutations = [m for _, _, value in key_tiles
+                         for m in self._tiles.get(value, decode_mutations)]
+            answers = entity.answer(record.rows, mutations, record.day_end, when)
+            for column, value in zip(entity.names, answers, strict=True):
+                result.features[prefix + column] = value
 
 
 def _recent(tiles: Sequence[Mapping[str, Series]], since: int, until: int

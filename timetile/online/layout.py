@@ -5,9 +5,11 @@ Per GroupBy ``g``, a store holds:
 ========================  ======================================================
 table ``tt_meta``         key ``g``: the upload's metadata (:class:`GroupByMeta`)
 table ``tt_batch.g``      key: the entity key (:func:`encode_key`); value: its batch
-                          record (:mod:`timetile.core.batch_record`)
+                          record (:mod:`timetile.core.batch_record`), or for an entity
+                          source the key's rows (:mod:`timetile.online.entity_records`)
 tiles ``tt_tiles.g``      per entity key, per tile start (:data:`TILE_MS`), per writer
-                          batch: that batch's events of that tile (:func:`encode_events`)
+                          batch: that batch's events of that tile (:func:`encode_events`),
+                          or for an entity source its mutations
 ========================  ======================================================
 
 The feature list is not stored: both sides rebuild it from the definition and the column
@@ -26,9 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
-from timetile.api.sources import EventSource
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.aggregators.bucketed import bucketed_dtype
@@ -47,7 +47,7 @@ from timetile.core.types import ValueType
 META_TABLE = "tt_meta"
 #: Streaming tiles span this long: a fetch reads the tiles since the batch record's day end.
 TILE_MS = HOUR_MS
-_META_VERSION = 2
+_META_VERSION = 3
 _TILE_VERSION = 1
 
 
@@ -61,14 +61,6 @@ def tile_table(group_by: str) -> str:
     return f"tt_tiles.{group_by}"
 
 
-def check_servable(group_by: GroupBy, field: str = "group_by") -> None:
-    """Raise :class:`DefinitionError` unless the online side can serve ``group_by``."""
-    if not isinstance(group_by.source, EventSource):
-        raise DefinitionError.single(
-            f"GroupBy {group_by.name!r}", f"{field}.source", "entity sources are not served "
-            "online yet", "serve GroupBys of event sources; backfill entity features offline")
-
-
 @dataclass(frozen=True)
 class GroupByMeta:
     """What an upload records about a GroupBy, for fetchers.
@@ -80,6 +72,8 @@ class GroupByMeta:
         value_types: the coarse type of each aggregated (or bucket) column.
         signature: the features the records hold (:func:`feature_signature`): a fetcher
             whose definition gives another one refuses to serve them.
+        row_columns: for an entity source, the columns of a row image, in order (empty for
+            an event source).
 
     """
 
@@ -88,11 +82,13 @@ class GroupByMeta:
     key_types: tuple[str, ...]
     value_types: Mapping[str, str]
     signature: str = ""
+    row_columns: tuple[str, ...] = ()
 
     def to_bytes(self) -> bytes:
         """Encode for the store."""
         return encode((_META_VERSION, self.day_end, self.slack, self.key_types,
-                       tuple(sorted(self.value_types.items())), self.signature))
+                       tuple(sorted(self.value_types.items())), self.signature,
+                       self.row_columns))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> GroupByMeta:
@@ -105,8 +101,8 @@ class GroupByMeta:
         decoded: Any = decode(data)
         if not isinstance(decoded, tuple) or decoded[0] != _META_VERSION:
             raise ValueError("not timetile upload metadata of this version: re-run upload")
-        _, day_end, slack, keys, values, signature = decoded
-        return cls(day_end, slack, tuple(keys), dict(values), signature)
+        _, day_end, slack, keys, values, signature, row_columns = decoded
+        return cls(day_end, slack, tuple(keys), dict(values), signature, tuple(row_columns))
 
 
 def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[OnlineFeature, ...]:
@@ -128,12 +124,13 @@ def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[
 
 
 def feature_signature(group_by: GroupBy) -> str:
-    """Return a digest of what a GroupBy's records hold: its features, keys and floors.
+    """Return a digest of what a GroupBy's records hold: its source kind, keys, floors, features.
 
     Upload stores it; a fetcher compares it with its own definition's, so a definition
     changed since the upload (a window added, a column dropped) is refused, not served wrong.
     """
-    parts = [group_by.name, repr(tuple(group_by.keys)), repr(group_by.floors)]
+    parts = [group_by.name, type(group_by.source).__name__, repr(tuple(group_by.keys)),
+             repr(group_by.floors), repr(group_by.lookup_columns)]
     parts.extend(repr((a.column, a.op, a.k, a.percentiles, a.buckets,
                        [None if w is None else w.name for w in a.window_list]))
                  for a in group_by.aggregations or ())

@@ -92,7 +92,6 @@ class _ServedJoin:
         Raises:
             NotUploadedError: a GroupBy of the Join has no upload yet.
             StoreUnavailable: the store cannot be reached.
-            DefinitionError: the Join cannot be served online.
 
         """
         fetcher = self._fetcher
@@ -245,7 +244,6 @@ def create_app(joins: Mapping[str, Join], store: KVStore | str, *, log_dir: str 
     ``health``, a function returning what ``GET /health`` answers, as a :class:`Health`.
 
     Raises:
-        DefinitionError: a Join cannot be served online (an entity source).
         ValueError: ``store`` is a URI of no known store.
         StoreUnavailable: ``store`` is a URI and the store cannot be reached.
 

@@ -1,16 +1,19 @@
-"""The streaming-tile write path: events since the last upload, as tiles in the store.
+"""The streaming-tile write path: rows since the last upload, as tiles in the store.
 
 The streaming job (:mod:`timetile.streaming.job`) writes each micro-batch through a
-:class:`TileWriter`; users with their own stream processor, and tests, call
-:func:`put_events`. Events are grouped by (entity key, tile of
+:class:`StreamWriter`: a :class:`TileWriter` for events, a
+:class:`~timetile.online.entity_records.MutationWriter` for an entity source's mutations.
+Users with their own stream processor, and tests, call :func:`put_events` (or
+``put_mutations``). Rows are grouped by (entity key, tile of
 :data:`~timetile.online.layout.TILE_MS`) and each group is written under the batch's id, so
 writing the same batch again replaces its entries: a replayed micro-batch never double
-counts. Events older than the upload's day end are already in the batch records (or, if they
+counts. Rows older than the upload's day end are already in the batch records (or, if they
 arrived late, the next upload adds them): they are counted and not written.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -19,13 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
+from timetile.api.sources import EventSource
 from timetile.core.batch_record import split_series
 from timetile.online.layout import (
     META_TABLE,
     TILE_MS,
     GroupByMeta,
-    check_servable,
     encode_events,
     encode_key,
     online_features,
@@ -37,14 +41,15 @@ from timetile.online.store import KVStore
 
 @dataclass(frozen=True)
 class TileWriteReport:
-    """What one write of events did; every event lands in exactly one count.
+    """What one write of rows (events or mutations) did; every row lands in exactly one count.
 
     Attributes:
-        written: events written into tiles.
-        late: events before the upload's day end: not written (the next upload has them).
-        unusable: events with a null time or a null key: not written.
+        written: rows written into tiles.
+        late: rows before the upload's day end: not written (the next upload has them).
+        unusable: rows with a null time or a null key (or, for a mutation, no ``is_before``):
+            not written.
         tiles: (key, tile) entries written.
-        behind_watermark: events at or after the day end but before the stream's watermark:
+        behind_watermark: rows at or after the day end but before the stream's watermark:
             not written (the next upload has them). Always 0 without a watermark.
 
     """
@@ -56,8 +61,8 @@ class TileWriteReport:
     behind_watermark: int = 0
 
 
-def _millis(column: pa.ChunkedArray, name: str) -> list[int | None]:
-    """Return event times as epoch milliseconds (None where null).
+def millis(column: pa.ChunkedArray, name: str) -> list[int | None]:
+    """Return times as epoch milliseconds (None where null).
 
     Accepts what the batch side accepts: integers (epoch ms), timestamps and ISO-8601
     strings (UTC when they carry no offset).
@@ -102,34 +107,133 @@ def read_meta(store: KVStore, group_by: GroupBy) -> GroupByMeta:
     return GroupByMeta.from_bytes(data)
 
 
-class TileWriter:
-    """Writes one GroupBy's events as streaming tiles, as of one upload.
+@dataclass(frozen=True)
+class Placement:
+    """Where the rows of one write go: each usable row to its (encoded key, tile).
 
-    Built on the driver from the definition and the upload's metadata; it holds only names,
-    the metadata and the features, never the definition (whose source may be a DataFrame),
-    so it pickles to Spark executors.
-
-    Args:
-        group_by: the definition.
-        meta: the upload's metadata (:func:`read_meta`): its day end and column types.
-        time_column: the events' time column (epoch ms or a timestamp); the source's
-            ``time_column`` by default.
-
-    Raises:
-        DefinitionError: ``group_by`` cannot be served online.
+    Attributes:
+        groups: (key bytes, tile start) → the row positions of that tile, ascending.
+        stamps: every row's time in epoch ms (0 where it has none).
+        report: the counts, ``tiles`` included.
 
     """
 
-    def __init__(self, group_by: GroupBy, meta: GroupByMeta, *,
-                 time_column: str | None = None) -> None:
-        check_servable(group_by)
-        time_column = time_column or group_by.time_column
-        assert time_column is not None
+    groups: dict[tuple[bytes, int], list[int]]
+    stamps: np.ndarray
+    report: TileWriteReport
+
+
+class StreamWriter(ABC):
+    """Writes one GroupBy's streamed rows as tiles of the store, as of one upload.
+
+    :class:`TileWriter` writes events, :class:`~timetile.online.entity_records.MutationWriter`
+    an entity source's mutations; both place each row by (key, tile of its time) and write
+    one entry per (key, tile, batch). Built on the driver; holds only names, the upload's
+    metadata and what its encoding needs, never the definition (whose source may be a
+    DataFrame), so it pickles to Spark executors.
+    """
+
+    def __init__(self, group_by: GroupBy, meta: GroupByMeta, time_column: str) -> None:
         self.name = group_by.name
         self.table = tile_table(group_by.name)
         self.keys = tuple(group_by.keys)
         self.time_column = time_column
         self.meta = meta
+
+    @property
+    @abstractmethod
+    def columns(self) -> list[str]:
+        """The columns a write reads."""
+
+    def usable(self, events: pa.Table) -> np.ndarray:
+        """Return which rows can be placed besides having a time and keys (all, here)."""
+        return np.ones(events.num_rows, dtype=bool)
+
+    @abstractmethod
+    def encode(self, events: pa.Table, placement: Placement) -> list[bytes]:
+        """Encode each group of ``placement`` (one key, one tile) as one entry, in order."""
+
+    def write(self, store: KVStore, events: pa.Table, batch: str, *,
+              watermark: int | None = None) -> TileWriteReport:
+        """Write one batch of rows as tiles under the member ``batch``; one ``put_tiles``.
+
+        Every row of one (key, tile) must be in this call: the entry of (key, tile,
+        ``batch``) is replaced, not added to. Writing the same rows under the same ``batch``
+        again rewrites the same entries. O(rows) Python work plus the encoding.
+
+        Args:
+            store: where to write.
+            events: the source's rows after its ``select`` and ``where``: at least
+                :attr:`columns`.
+            batch: the batch's id, stable across replays (e.g. the micro-batch id).
+            watermark: epoch ms; rows at or after the day end but before it are counted
+                in ``behind_watermark`` and not written. None: no such cut.
+
+        Raises:
+            ValueError: ``events`` lacks a column, or a time cannot be read.
+
+        """
+        missing = [column for column in self.columns if column not in events.column_names]
+        if missing:
+            raise ValueError(f"the rows lack the columns {missing} of GroupBy "
+                             f"{self.name!r}. Fix: send the source's rows after its select, "
+                             f"with {', '.join(self.columns)}")
+        placement = self.place(events, watermark)
+        member = batch.encode()
+        entries = [(key, tile, member, value) for (key, tile), value
+                   in zip(placement.groups, self.encode(events, placement), strict=True)]
+        if entries:
+            store.put_tiles(self.table, entries)
+        return placement.report
+
+    def place(self, events: pa.Table, watermark: int | None) -> Placement:
+        """Place every row, or count why it is not written. O(rows)."""
+        meta = self.meta
+        times = millis(events.column(self.time_column), self.time_column)
+        keys = list(zip(*(events.column(key).to_pylist() for key in self.keys), strict=True))
+        usable = self.usable(events) & np.array(
+            [t is not None and all(k is not None for k in key)
+             for t, key in zip(times, keys, strict=True)], dtype=bool)
+        stamps = np.array([t if t is not None else 0 for t in times], dtype=np.int64)
+        late = usable & (stamps < meta.day_end)
+        behind = (usable & ~late & (stamps < watermark) if watermark is not None
+                  else np.zeros_like(usable))
+        kept = np.flatnonzero(usable & ~late & ~behind)
+        groups: dict[tuple[bytes, int], list[int]] = {}
+        encoded: dict[tuple[Any, ...], bytes] = {}  # each distinct key is encoded once
+        for row in kept:
+            key = encoded.get(keys[row])
+            if key is None:
+                key = encoded[keys[row]] = encode_key(keys[row], meta.key_types)
+            tile = int(stamps[row] - stamps[row] % TILE_MS)
+            groups.setdefault((key, tile), []).append(int(row))
+        report = TileWriteReport(len(kept), int(late.sum()), int((~usable).sum()), len(groups),
+                                 int(behind.sum()))
+        return Placement(groups, stamps, report)
+
+
+class TileWriter(StreamWriter):
+    """Writes one GroupBy's events as streaming tiles, as of one upload.
+
+    Args:
+        group_by: the definition, of an event source.
+        meta: the upload's metadata (:func:`read_meta`): its day end and column types.
+        time_column: the events' time column (epoch ms or a timestamp); the source's
+            ``time_column`` by default.
+
+    Raises:
+        DefinitionError: ``group_by`` aggregates an entity source (its stream is of
+            mutations: :class:`~timetile.online.entity_records.MutationWriter`).
+
+    """
+
+    def __init__(self, group_by: GroupBy, meta: GroupByMeta, *,
+                 time_column: str | None = None) -> None:
+        if not isinstance(group_by.source, EventSource):
+            raise DefinitionError.single(
+                f"GroupBy {group_by.name!r}", "group_by.source", "is an entity source, whose "
+                "stream holds mutations, not events", "write its mutations with put_mutations")
+        super().__init__(group_by, meta, time_column or group_by.time_column or "")
         self.series = {feature.series: feature.value_type
                        for feature in online_features(group_by, meta.value_types)}
 
@@ -151,63 +255,23 @@ class TileWriter:
                          if part is not None})
         return [*self.keys, self.time_column, *values]
 
-    def write(self, store: KVStore, events: pa.Table, batch: str, *,
-              watermark: int | None = None) -> TileWriteReport:
-        """Write one batch of events as tiles under the member ``batch``; one ``put_tiles``.
+    def encode(self, events: pa.Table, placement: Placement) -> list[bytes]:
+        """Encode each group's events: per series, a slice of one batch-wide pass.
 
-        Every event of one (key, tile) must be in this call: the entry of (key, tile,
-        ``batch``) is replaced, not added to. Writing the same events under the same ``batch``
-        again rewrites the same entries. O(rows) Python work plus the encoding.
-
-        Args:
-            store: where to write.
-            events: the source's rows after its ``select`` and ``where``: at least
-                :attr:`columns`.
-            batch: the batch's id, stable across replays (e.g. the micro-batch id).
-            watermark: epoch ms; events at or after the day end but before it are counted
-                in ``behind_watermark`` and not written. None: no such cut.
-
+        Every series of the whole batch is gathered at once, its rows ordered group by
+        group, so each group's values are a slice: no per-group Arrow work.
         """
-        meta = self.meta
-        missing = [column for column in self.columns if column not in events.column_names]
-        if missing:
-            raise ValueError(f"the events lack the columns {missing} of GroupBy "
-                             f"{self.name!r}. Fix: send the source's rows after its select, "
-                             f"with {', '.join(self.columns)}")
-        times = _millis(events.column(self.time_column), self.time_column)
-        keys = list(zip(*(events.column(key).to_pylist() for key in self.keys), strict=True))
-        usable = np.array([t is not None and all(k is not None for k in key)
-                           for t, key in zip(times, keys, strict=True)], dtype=bool)
-        stamp = np.array([t if t is not None else 0 for t in times], dtype=np.int64)
-        late = usable & (stamp < meta.day_end)
-        behind = (usable & ~late & (stamp < watermark) if watermark is not None
-                  else np.zeros_like(usable))
-        kept = np.flatnonzero(usable & ~late & ~behind)
-        groups: dict[tuple[bytes, int], list[int]] = {}
-        encoded: dict[tuple[Any, ...], bytes] = {}  # each distinct key is encoded once
-        for row in kept:
-            key = encoded.get(keys[row])
-            if key is None:
-                key = encoded[keys[row]] = encode_key(keys[row], meta.key_types)
-            groups.setdefault((key, int(stamp[row] - stamp[row] % TILE_MS)), []).append(int(row))
-        # Every series of the whole batch at once, its rows ordered group by group; then each
-        # group's values are a slice: no per-group Arrow work.
-        order = np.array([row for rows in groups.values() for row in rows], dtype=np.int64)
-        ordered_times = stamp[order]
-        cuts = np.cumsum([0, *(len(rows) for rows in groups.values())])
+        groups = list(placement.groups.values())
+        order = np.array([row for rows in groups for row in rows], dtype=np.int64)
+        ordered_times = placement.stamps[order]
+        cuts = np.cumsum([0, *(len(rows) for rows in groups)])
         whole = {name: (values, ordered_times[rows], np.searchsorted(rows, cuts))
                  for name, (values, rows) in series_rows(
                      events.take(pa.array(order, type=pa.int64())), self.series).items()}
-        entries = []
-        for index, (key, tile) in enumerate(groups):
-            series = {name: (values[bounds[index]:bounds[index + 1]],
-                             kept_times[bounds[index]:bounds[index + 1]])
-                      for name, (values, kept_times, bounds) in whole.items()}
-            entries.append((key, tile, batch.encode(), encode_events(series)))
-        if entries:
-            store.put_tiles(self.table, entries)
-        return TileWriteReport(len(kept), int(late.sum()), int((~usable).sum()), len(entries),
-                               int(behind.sum()))
+        return [encode_events({name: (values[bounds[index]:bounds[index + 1]],
+                                      times[bounds[index]:bounds[index + 1]])
+                               for name, (values, times, bounds) in whole.items()})
+                for index in range(len(groups))]
 
 
 def put_events(store: KVStore, group_by: GroupBy, events: pa.Table, batch: str) -> TileWriteReport:
@@ -224,7 +288,7 @@ def put_events(store: KVStore, group_by: GroupBy, events: pa.Table, batch: str) 
 
     Raises:
         LookupError: ``group_by`` was never uploaded to ``store``.
+        DefinitionError: ``group_by`` aggregates an entity source.
 
     """
-    check_servable(group_by)
     return TileWriter.from_store(store, group_by).write(store, events, batch)

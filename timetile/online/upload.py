@@ -7,14 +7,19 @@ any window can still reach are shuffled by key, and each key's record
 GroupBy's metadata, which fetchers read. Re-running for the same ``ds`` rewrites the same
 records: an upload never double counts.
 
+For an entity source the record of a key is its rows in the snapshot partition of ``ds``
+(:mod:`timetile.online.entity_records`); the mutations after it come from the stream.
+
 This is the one place the online package runs Spark: it reads sources exactly as the
-backfill does (``timetile.offline.sources``), so both sides see the same rows.
+backfill does (``timetile.offline.sources`` and ``timetile.offline.entities``), so both
+sides see the same rows.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from timetile.api.errors import DefinitionError, Problem
@@ -37,13 +42,14 @@ from timetile.core.batch_record import (
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.core.windows import WindowKind
+from timetile.offline.entities import DAY, load_entity, plain_values
 from timetile.offline.sorted_groups import group_bounds, whole_groups
 from timetile.offline.sources import TIME, coarse_schema, load_events
+from timetile.online.entity_records import ROW_TYPES, EntityRecord, plain_column
 from timetile.online.layout import (
     META_TABLE,
     GroupByMeta,
     batch_table,
-    check_servable,
     encode_key,
     feature_signature,
     online_features,
@@ -78,21 +84,22 @@ def _group_bys(target: Join | GroupBy) -> list[GroupBy]:
     return list({part.group_by.name: part.group_by for part in target.join_parts}.values())
 
 
-class _RecordWriter:
+class _RecordWriter(ABC):
     """Per partition: build each key's record and write them in batches.
 
     Picklable: it holds names and features, never the definition (whose source may be a
     DataFrame, which cannot travel to the executors).
     """
 
-    def __init__(self, store_uri: str, group_by: GroupBy, features: Sequence[OnlineFeature],
-                 meta: GroupByMeta) -> None:
+    def __init__(self, store_uri: str, group_by: GroupBy, meta: GroupByMeta) -> None:
         self.store_uri = store_uri
         self.keys = list(group_by.keys)
         self.table = batch_table(group_by.name)
-        self.features = tuple(features)
-        self.series = {feature.series: feature.value_type for feature in features}
         self.meta = meta
+
+    @abstractmethod
+    def record(self, group: pa.Table) -> bytes:
+        """Return the record of one key's rows."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write the records of this partition's keys; yield (records, bytes) written."""
@@ -103,11 +110,7 @@ class _RecordWriter:
             for whole in whole_groups(batches, keys):
                 for begin, end in group_bounds(whole, keys):
                     group = whole.slice(begin, end - begin)
-                    group = group.take(pc.sort_indices(group, sort_keys=[(TIME, "ascending")]))
-                    times = group.column(TIME).to_numpy().astype(np.int64)
-                    record = build_record(self.features,
-                                          table_series(group, times, self.series),
-                                          self.meta.day_end, self.meta.slack)
+                    record = self.record(group)
                     key = encode_key([group.column(k)[0].as_py() for k in keys],
                                      self.meta.key_types)
                     pending.append((key, record))
@@ -120,6 +123,34 @@ class _RecordWriter:
         yield pa.RecordBatch.from_pydict({"records": [written], "bytes": [size]})
 
 
+class _EventRecords(_RecordWriter):
+    """Batch records (:mod:`timetile.core.batch_record`) of an event source's keys."""
+
+    def __init__(self, store_uri: str, group_by: GroupBy, meta: GroupByMeta) -> None:
+        super().__init__(store_uri, group_by, meta)
+        self.features = online_features(group_by, meta.value_types)
+        self.series = {feature.series: feature.value_type for feature in self.features}
+
+    def record(self, group: pa.Table) -> bytes:
+        """Sort the key's events by time and build its record."""
+        group = group.take(pc.sort_indices(group, sort_keys=[(TIME, "ascending")]))
+        times = group.column(TIME).to_numpy().astype(np.int64)
+        return build_record(self.features, table_series(group, times, self.series),
+                            self.meta.day_end, self.meta.slack)
+
+
+class _EntityRecords(_RecordWriter):
+    """Entity records (:mod:`timetile.online.entity_records`): each key's snapshot rows."""
+
+    def record(self, group: pa.Table) -> bytes:
+        """Gather the key's row images and times."""
+        columns = self.meta.row_columns
+        images = (zip(*(plain_column(group.column(c)) for c in columns), strict=True)
+                  if columns else [()] * group.num_rows)
+        return EntityRecord(self.meta.day_end, tuple(zip(
+            images, group.column(TIME).to_pylist(), strict=True))).to_bytes()
+
+
 def _horizon(features: Sequence[OnlineFeature], day_end: int) -> int | None:
     """Return the earliest event time any record needs; None when a feature is lifetime."""
     if any(feature.window[0] is WindowKind.LIFETIME for feature in features):
@@ -127,53 +158,107 @@ def _horizon(features: Sequence[OnlineFeature], day_end: int) -> int | None:
     return min(feature.interval(day_end)[0] for feature in features)
 
 
+@dataclass(frozen=True)
+class _SourceRows:
+    """What an upload reads of a GroupBy's source.
+
+    Attributes:
+        frame: every row of the source the upload looks at, with ``TIME``.
+        schema: their columns' coarse types.
+        row_columns: an entity source's row columns (empty for events).
+        placed: which rows a record can hold: keys present (and, for events, a time).
+
+    """
+
+    frame: DataFrame
+    schema: dict[str, str]
+    row_columns: tuple[str, ...]
+    placed: Column
+
+
+def _source_rows(spark: SparkSession, group_by: GroupBy, ds: str, field: str) -> _SourceRows:
+    """Load the events, or an entity source's snapshot partition of ``ds``.
+
+    Raises:
+        DefinitionError: the snapshot of ``ds`` is missing.
+
+    """
+    placed = F.lit(True)
+    for key in group_by.keys:
+        placed &= F.col(key).isNotNull()
+    source = group_by.source
+    if isinstance(source, EventSource):
+        frame = load_events(spark, source, f"{field}.source")
+        return _SourceRows(frame, coarse_schema(frame.drop(TIME)), (),
+                           placed & F.col(TIME).isNotNull())
+    tables = load_entity(spark, source, f"{field}.source")
+    day = F.lit(date_to_ms(ds) // DAY_MS)
+    if tables.partitions.where(F.col(DAY) == day).limit(1).count() == 0:
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", f"{field}.source.snapshot_table",
+            f"has no partition {ds} of {source.label}, so the rows as of its end are unknown",
+            "upload a day whose snapshot has landed")
+    frame = tables.snapshots.where(F.col(DAY) == day)
+    schema = coarse_schema(frame.select(*tables.row_columns))
+    return _SourceRows(frame, schema, tables.row_columns, placed)
+
+
 def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: str,
                     *, slack_ms: int = DEFAULT_SLACK_MS, field: str = "group_by"
                     ) -> tuple[int, int, int]:
     """Upload one GroupBy's records as of the end of ``ds``.
 
-    Returns (keys written, bytes written, source rows left out because their time or a key
-    is null: counted with one more scan, and logged).
+    For an event source, each key's batch record; for an entity source, each key's rows in
+    the snapshot partition of ``ds`` (:mod:`timetile.online.entity_records`).
+
+    Returns (keys written, bytes written, source rows left out because a key, or an event's
+    time, is null: counted with one more scan, and logged).
 
     Raises:
-        DefinitionError: the GroupBy cannot be served, does not fit its source's schema, has
-            keys of a type online keys cannot be, ``ds`` has not ended, or an embedded store
-            is given to executors that may run on other machines.
+        DefinitionError: the GroupBy does not fit its source's schema, has keys (or row
+            columns) of a type online records cannot hold, ``ds`` has not ended or its
+            snapshot is missing, or an embedded store is given to executors that may run on
+            other machines.
 
     """
-    check_servable(group_by, field)
-    assert isinstance(group_by.source, EventSource)
     day_end = date_to_ms(ds) + DAY_MS
     if day_end > time.time() * 1000:
         raise DefinitionError.single(
-            f"GroupBy {group_by.name!r}", "ds", f"{ds} has not ended yet (UTC), so its events "
+            f"GroupBy {group_by.name!r}", "ds", f"{ds} has not ended yet (UTC), so its rows "
             "are not all there", "upload a day that has ended; the stream covers today")
     _check_store(spark, store_uri)
-    frame = load_events(spark, group_by.source, f"{field}.source")
-    schema = coarse_schema(frame.drop(TIME))
+    rows = _source_rows(spark, group_by, ds, field)
+    schema = rows.schema
     problems = group_by_problems(group_by, schema, f"{field}.")
     problems += [Problem(f"{field}.keys", f"key {key!r} is {schema[key]}, which online keys "
                          "cannot be", f"cast it in the source's select to one of "
                          f"{', '.join(KEY_TYPES)}")
                  for key in group_by.keys if schema.get(key, "int") not in KEY_TYPES]
+    problems += [Problem(f"{field}.source.select", f"row column {column!r} is "
+                         f"{schema[column]}, which online row images cannot hold",
+                         f"select it as one of {', '.join(ROW_TYPES)}, or leave it out")
+                 for column in rows.row_columns if schema[column] not in ROW_TYPES]
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
     columns = sorted({a.column for a in group_by.aggregations or ()}
                      | {b for a in group_by.aggregations or () for b in a.buckets or ()})
     meta = GroupByMeta(day_end, slack_ms, tuple(schema[k] for k in group_by.keys),
                        {column: schema[column] for column in columns},
-                       feature_signature(group_by))
-    features = online_features(group_by, meta.value_types)
-    usable = F.col(TIME).isNotNull() & (F.col(TIME) < day_end)
-    for key in group_by.keys:
-        usable &= F.col(key).isNotNull()
-    horizon = _horizon(features, day_end)
-    if horizon is not None:
-        usable &= F.col(TIME) >= horizon
-    events: DataFrame = frame.where(usable).select(*group_by.keys, TIME, *columns)
+                       feature_signature(group_by), rows.row_columns)
+    writer: _RecordWriter
+    if rows.row_columns:
+        writer = _EntityRecords(store_uri, group_by, meta)
+        records = plain_values(rows.frame.where(rows.placed)
+                               .select(*rows.row_columns, TIME), rows.row_columns)
+    else:
+        writer = events = _EventRecords(store_uri, group_by, meta)
+        usable = rows.placed & (F.col(TIME) < day_end)
+        horizon = _horizon(events.features, day_end)
+        if horizon is not None:
+            usable &= F.col(TIME) >= horizon
+        records = rows.frame.where(usable).select(*group_by.keys, TIME, *columns)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
-    writer = _RecordWriter(store_uri, group_by, features, meta)
-    totals: Any = (events.repartition(partitions, *group_by.keys)
+    totals: Any = (records.repartition(partitions, *group_by.keys)
                    .sortWithinPartitions(*group_by.keys)
                    .mapInArrow(writer, "records long, bytes long")
                    .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
@@ -183,13 +268,11 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     keys, size = int(totals["records"] or 0), int(totals["bytes"] or 0)
     log.info("uploaded %s: %s keys, %s bytes as of %s", group_by.name, f"{keys:,}",
              f"{size:,}", ds)
-    unplaced = F.col(TIME).isNull()
-    for key in group_by.keys:
-        unplaced |= F.col(key).isNull()
-    left_out = int(frame.agg(F.count_if(unplaced)).first()[0] or 0)  # type: ignore[index]
+    left_out = int(rows.frame.agg(F.count_if(~rows.placed)).first()[0]  # type: ignore[index]
+                   or 0)
     if left_out:
-        log.warning("%s: %s rows left out of the upload (time or key null)", group_by.name,
-                    f"{left_out:,}")
+        log.warning("%s: %s rows left out of the upload (a key or the time is null)",
+                    group_by.name, f"{left_out:,}")
     return keys, size, left_out
 
 

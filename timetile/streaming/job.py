@@ -1,6 +1,9 @@
 """``stream_group_by``: a Spark Structured Streaming job that keeps a GroupBy's tiles fresh.
 
-Events arrive from a stream source (:mod:`timetile.streaming.sources`). Each micro-batch
+Events arrive from a stream source (:mod:`timetile.streaming.sources`); for a GroupBy of an
+entity source, the stream is its change log (CDC): mutation rows shaped like its
+mutation table, written as mutation tiles (:mod:`timetile.online.entity_records`) and
+counted by their mutation time exactly as events by theirs. Each micro-batch
 goes through the source's ``where`` and ``select`` and the time parsing of the batch side
 (:mod:`timetile.offline.sources`), so stream and backfill see the same rows; then it is
 repartitioned by the GroupBy's keys, so each (key, tile) belongs to one task, and **the
@@ -46,8 +49,9 @@ from pyspark.sql.types import StructType
 from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.schema import group_by_problems
-from timetile.api.sources import EventSource
+from timetile.api.sources import EntitySource, EventSource
 from timetile.core.timeutil import ms_to_iso, parse_duration
+from timetile.offline.entities import IS_BEFORE, MUTATION_TIME, mutation_rows, plain_values
 from timetile.offline.sorted_groups import whole_groups
 from timetile.offline.sources import (
     TIME,
@@ -57,9 +61,10 @@ from timetile.offline.sources import (
     read_table,
     time_millis,
 )
-from timetile.online.layout import GroupByMeta, check_servable
+from timetile.online.entity_records import ROW_TIME, MutationWriter
+from timetile.online.layout import GroupByMeta
 from timetile.online.store import KVStore, open_store
-from timetile.online.tiles import TileWriter, read_meta
+from timetile.online.tiles import StreamWriter, TileWriter, read_meta
 from timetile.streaming.sources import StreamSource, parse_source
 from timetile.streaming.state import (
     StreamCounts,
@@ -120,10 +125,11 @@ class BatchReport:
 class _PartitionWriter:
     """Per task: write this partition's keys' tiles; yield one row of counts.
 
-    Picklable: a store URI, a :class:`TileWriter`, the member and the watermark.
+    Picklable: a store URI, a :class:`~timetile.online.tiles.StreamWriter`, the member and
+    the watermark.
     """
 
-    def __init__(self, store_uri: str, writer: TileWriter, member: str,
+    def __init__(self, store_uri: str, writer: StreamWriter, member: str,
                  watermark: int | None) -> None:
         self.store_uri = store_uri
         self.writer = writer
@@ -201,7 +207,7 @@ class TileStream:
             meta = read_meta(store, self.group_by)
             previous = read_state(store, name)
         watermark, before = begin(previous, name, query_id, batch_id, self.lateness_ms)
-        writer = TileWriter(self.group_by, meta, time_column=TIME)
+        writer = stream_writer(self.group_by, meta)
         keys = list(self.group_by.keys)
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
         task = _PartitionWriter(self.store_uri, writer, str(batch_id), watermark)
@@ -281,25 +287,40 @@ def lateness_ms(lateness: str | int) -> int:
     return parse_duration(lateness)
 
 
-def _schema(spark: SparkSession, source: EventSource,
+def _schema(spark: SparkSession, group_by: GroupBy,
             schema: StructType | str | None) -> StructType:
-    """Return the raw events' schema: given, or the batch source's (read without a job)."""
+    """Return the raw rows' schema: given, or the batch source's (read without a job).
+
+    The batch source of an entity GroupBy's stream is its mutation table.
+    """
     if isinstance(schema, StructType):
         return schema
     if isinstance(schema, str):
         parsed = StructType.fromDDL(schema)
         assert isinstance(parsed, StructType)
         return parsed
-    return read_table(spark, source.table).schema
+    source = group_by.source
+    table = source.table if isinstance(source, EventSource) else source.mutation_table
+    return read_table(spark, table).schema
+
+
+def stream_writer(group_by: GroupBy, meta: GroupByMeta) -> StreamWriter:
+    """Return the writer of micro-batches that :func:`events_frame` made."""
+    if isinstance(group_by.source, EntitySource):
+        return MutationWriter(group_by, meta, mutation_time_column=TIME,
+                              is_before_column=IS_BEFORE, row_time_column=ROW_TIME)
+    return TileWriter(group_by, meta, time_column=TIME)
 
 
 def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: GroupByMeta,
                  *, lateness_ms: int = 0, field: str = "group_by") -> DataFrame:
     """Return raw source rows as a micro-batch of :meth:`TileStream.write_batch` takes them.
 
-    Applies the source's ``where`` and ``select`` and parses the time as the batch side does
-    (:mod:`timetile.offline.sources`), adds :data:`~timetile.offline.sources.TIME` and
-    declares Spark's watermark on it; keeps the key, time and aggregated columns. Works on a
+    Applies the source's ``where`` and ``select`` and parses the times as the batch side
+    does (:mod:`timetile.offline.sources`), adds :data:`~timetile.offline.sources.TIME` and
+    declares Spark's watermark on it; keeps the columns :func:`stream_writer` reads. For an
+    entity source the rows are mutations (:func:`timetile.offline.entities.mutation_rows`):
+    ``TIME`` is the mutation time, the row's own time is :data:`ROW_TIME`. Works on a
     streaming or a static ``raw`` (on a static one the watermark does nothing). No job runs.
 
     Raises:
@@ -307,20 +328,26 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
             read outside UTC.
 
     """
-    events = group_by.source
-    assert isinstance(events, EventSource)
-    frame = project(raw, events, f"{field}.source")
-    column = group_by.time_column
-    assert column is not None
-    check_time_zone(spark, frame, column, f"{field}.source.time_column")
-    problems = group_by_problems(group_by, coarse_schema(frame), f"{field}.")
+    source = group_by.source
+    if isinstance(source, EntitySource):
+        rows = mutation_rows(raw, source, f"{field}.source", meta.row_columns)
+        problems = group_by_problems(group_by, coarse_schema(rows.select(*meta.row_columns)),
+                                     f"{field}.")
+        frame = plain_values(rows, meta.row_columns).select(
+            *meta.row_columns, F.col(TIME).alias(ROW_TIME), F.col(MUTATION_TIME).alias(TIME),
+            IS_BEFORE)
+    else:
+        frame = project(raw, source, f"{field}.source")
+        column = group_by.time_column
+        assert column is not None
+        check_time_zone(spark, frame, column, f"{field}.source.time_column")
+        problems = group_by_problems(group_by, coarse_schema(frame), f"{field}.")
+        frame = frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
-    columns = TileWriter(group_by, meta, time_column=TIME).columns
-    return (frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
-            .withColumn(EVENT_TS, F.timestamp_millis(F.col(TIME)))
+    return (frame.withColumn(EVENT_TS, F.timestamp_millis(F.col(TIME)))
             .withWatermark(EVENT_TS, f"{lateness_ms} milliseconds")
-            .select(*columns))
+            .select(*stream_writer(group_by, meta).columns))
 
 
 def stream_group_by(
@@ -376,15 +403,17 @@ def stream_group_by(
         LookupError: the GroupBy has no upload in the store.
 
     """
-    check_servable(group_by, field)
-    events = group_by.source
-    assert isinstance(events, EventSource)
+    if isinstance(group_by.source, EntitySource) and group_by.source.mutation_table is None:
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", f"{field}.source.mutation_table", "is not set, so "
+            "the backfill sees no mutation and a stream of them would serve other values",
+            "name the table the change stream lands in as the source's mutation_table")
     if isinstance(source, str):
         source = parse_source(source)
     allowed = lateness_ms(lateness)
     with open_store(store_uri) as store:
         meta = read_meta(store, group_by)  # fail before Spark starts anything
-    raw = source.read_stream(spark, _schema(spark, events, schema))
+    raw = source.read_stream(spark, _schema(spark, group_by, schema))
     frame = events_frame(group_by, spark, raw, meta, lateness_ms=allowed, field=field)
     handle = TileStream(group_by, store_uri, allowed, on_batch)
     writer = (frame.writeStream.queryName(f"timetile_stream_{group_by.name}")

@@ -1,0 +1,287 @@
+"""Entity GroupBys online: each key's rows as of the upload, and the mutations streamed since.
+
+An entity source's feature at ``a`` aggregates the table's rows at ``a`` (DESIGN §2): the
+snapshot of the day before plus that day's mutations before ``a``. Online, for an entity
+GroupBy ``g`` the store holds, in the tables of :mod:`timetile.online.layout`:
+
+- ``tt_batch.g``: per key, its *entity record* (:class:`EntityRecord`): the upload's day
+  end and the key's rows in the snapshot partition of that day, each a row image with its
+  time;
+- ``tt_tiles.g``: per key, per hour of mutation time, per writer batch: that batch's
+  mutations (:class:`Mutation`), written by :class:`MutationWriter`.
+
+A fetch replays them with :class:`~timetile.core.entity_state.EntityReplay`, the class the
+backfill's entity executor runs (:meth:`EntityServing.answer`): the record's rows, then the
+mutations in ``[day end, as_of)`` one millisecond at a time (insertions first, then
+retractions), then the answer at ``as_of``. Both sides agree by construction. Past the slack
+(the next upload is late) the record still answers, with every mutation since: equal to the
+backfill when each snapshot is the one before with the day's mutations applied, and the
+fetch says it is stale, as for events.
+
+Row images hold plain scalars: timestamp and date columns become epoch milliseconds and
+epoch days (:func:`timetile.offline.entities.plain_values` in Spark, :func:`plain_column`
+here), so a lookup of such a column returns a number online.
+
+Cost of one key's fetch: O(rows + mutations), plus O(rows) per windowed feature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timetile.api.errors import DefinitionError
+from timetile.api.group_by import GroupBy
+from timetile.api.sources import EntitySource
+from timetile.core.aggregators.codec import decode, encode
+from timetile.core.batch_record import split_series
+from timetile.core.entity_state import EntityFeature, EntityReplay, Image
+from timetile.online.layout import GroupByMeta, online_features
+from timetile.online.store import KVStore
+from timetile.online.tiles import Placement, StreamWriter, TileWriteReport, millis, read_meta
+
+#: The coarse types a row column of an entity source served online may have.
+ROW_TYPES = ("int", "float", "string", "bool", "timestamp", "date")
+#: In a stream of mutations, the row's own time (the stream's time is the mutation time).
+ROW_TIME = "_tt_row_time"
+_RECORD_VERSION = 1
+_MUTATIONS_VERSION = 1
+
+#: A row of an entity table: its image and its time (epoch ms, or None).
+Row = tuple[Image, int | None]
+
+
+@dataclass(frozen=True)
+class EntityRecord:
+    """One key's rows as of an upload.
+
+    Attributes:
+        day_end: the upload's as-of time, epoch ms.
+        rows: the key's rows in the snapshot of the upload's day.
+
+    """
+
+    day_end: int
+    rows: tuple[Row, ...]
+
+    def to_bytes(self) -> bytes:
+        """Encode for the store.
+
+        >>> record = EntityRecord(86_400_000, (((7, "gold", 2.5), 5), ((7, None, 1.0), None)))
+        >>> EntityRecord.from_bytes(record.to_bytes()) == record
+        True
+        """
+        return encode((_RECORD_VERSION, self.day_end,
+                       tuple((time, image) for image, time in self.rows)))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> EntityRecord:
+        """Decode what :meth:`to_bytes` wrote.
+
+        Raises:
+            ValueError: the bytes are not an entity record of this version.
+
+        """
+        decoded: Any = decode(data)
+        if not isinstance(decoded, tuple) or decoded[0] != _RECORD_VERSION:
+            raise ValueError("not a timetile entity record of this version: re-run upload")
+        return cls(decoded[1], tuple((image, time) for time, image in decoded[2]))
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One row image of a change to an entity table.
+
+    Attributes:
+        at: when the change happened, epoch ms.
+        before: True for the image before the change (a retraction), False for the one
+            after it (an insertion).
+        image: the row's values, in the upload's row column order.
+        time: the row's time, epoch ms (None when it has none).
+
+    """
+
+    at: int
+    before: bool
+    image: Image
+    time: int | None
+
+
+def encode_mutations(mutations: Iterable[Mutation]) -> bytes:
+    """Encode one writer batch's mutations of one (key, tile)."""
+    return encode((_MUTATIONS_VERSION, tuple((m.at, m.before, m.time, m.image)
+                                             for m in mutations)))
+
+
+def decode_mutations(data: bytes) -> tuple[Mutation, ...]:
+    """Decode :func:`encode_mutations`.
+
+    >>> decode_mutations(encode_mutations([Mutation(9, True, (1, "x"), None)]))
+    (Mutation(at=9, before=True, image=(1, 'x'), time=None),)
+
+    Raises:
+        ValueError: the bytes are not mutations of this version.
+
+    """
+    decoded: Any = decode(data)
+    if not isinstance(decoded, tuple) or decoded[0] != _MUTATIONS_VERSION:
+        raise ValueError("not timetile entity mutations of this version")
+    return tuple(Mutation(at, before, image, time) for at, before, time, image in decoded[1])
+
+
+@dataclass(frozen=True)
+class EntityServing:
+    """One entity GroupBy as a fetch replays it.
+
+    Attributes:
+        names: the output columns without any join-part prefix: the features, or a
+            lookup's columns.
+        features: the aggregations over a row image.
+        lookup: for a lookup, the image positions of its columns (else empty).
+
+    """
+
+    names: tuple[str, ...]
+    features: tuple[EntityFeature, ...]
+    lookup: tuple[int, ...]
+
+    @classmethod
+    def of(cls, group_by: GroupBy, meta: GroupByMeta) -> EntityServing:
+        """Build what the backfill's entity executor builds, from the upload's column types."""
+        columns = list(meta.row_columns)
+        online = online_features(group_by, meta.value_types)
+        features = []
+        for feature in online:
+            column, bucket = split_series(feature.series)
+            features.append(EntityFeature(columns.index(column), feature.aggregator,
+                                          feature.value_type.numpy_dtype, feature.window,
+                                          None if bucket is None else columns.index(bucket)))
+        names = [feature.name for feature in online]
+        names += [f"{group_by.name}_{column}" for column in group_by.lookup_columns]
+        lookup = tuple(columns.index(column) for column in group_by.lookup_columns)
+        return cls(tuple(names), tuple(features), lookup)
+
+    def answer(self, rows: Iterable[Row], mutations: Iterable[Mutation], since: int,
+               when: int) -> list[Any]:
+        """Return every output at ``when``: ``rows`` (as of ``since``) changed by ``mutations``.
+
+        Only the mutations in ``[since, when)`` apply, one millisecond at a time.
+        O(rows + mutations + windowed features · rows).
+        """
+        replay = EntityReplay(self.features, self.lookup, self.lookup)
+        replay.insert(list(rows))
+        applied = sorted((m for m in mutations if since <= m.at < when), key=attrgetter("at"))
+        for _, moment in groupby(applied, key=attrgetter("at")):
+            changes = list(moment)
+            replay.apply([(m.image, m.time) for m in changes if not m.before],
+                         [(m.image, m.time) for m in changes if m.before])
+        return replay.answer(when)
+
+
+def plain_column(column: pa.ChunkedArray) -> list[Any]:
+    """Return a column's values as row images hold them.
+
+    Timestamps become epoch ms, dates epoch days, everything else Python scalars.
+    """
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(pc.cast(column, pa.timestamp("ms")), pa.int64())
+    elif pa.types.is_date(column.type):
+        column = pc.cast(pc.cast(column, pa.date32()), pa.int32())
+    values: list[Any] = column.to_pylist()
+    return values
+
+
+class MutationWriter(StreamWriter):
+    """Writes an entity GroupBy's mutations as tiles, as of one upload.
+
+    Args:
+        group_by: the definition, of an entity source.
+        meta: the upload's metadata (:func:`~timetile.online.tiles.read_meta`): its day end
+            and row columns.
+        mutation_time_column: when each change happened (epoch ms, a timestamp or an
+            ISO-8601 string); the source's by default.
+        is_before_column: true for a before image; the source's by default.
+        row_time_column: the row's time; the source's ``time_column`` by default (None
+            without one).
+
+    Raises:
+        DefinitionError: ``group_by`` aggregates an event source.
+
+    """
+
+    def __init__(self, group_by: GroupBy, meta: GroupByMeta, *,
+                 mutation_time_column: str | None = None, is_before_column: str | None = None,
+                 row_time_column: str | None = None) -> None:
+        source = group_by.source
+        if not isinstance(source, EntitySource):
+            raise DefinitionError.single(
+                f"GroupBy {group_by.name!r}", "group_by.source", "is an event source, whose "
+                "stream holds events, not mutations", "write its events with put_events")
+        super().__init__(group_by, meta, mutation_time_column or source.mutation_time_column)
+        self.is_before_column = is_before_column or source.is_before_column
+        self.row_time_column = row_time_column or source.time_column
+        self.row_columns = meta.row_columns
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns a write reads.
+
+        The row columns, the mutation time, ``is_before``, and the row time if any.
+        """
+        extra = [self.row_time_column] if self.row_time_column is not None else []
+        return [*self.row_columns, self.time_column, self.is_before_column, *extra]
+
+    def _flags(self, events: pa.Table) -> pa.ChunkedArray:
+        column = events.column(self.is_before_column)
+        try:
+            return pc.cast(column, pa.bool_())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise ValueError(f"column {self.is_before_column!r} holds values that are not "
+                             "booleans. Fix: send true for a before image, false for an "
+                             "after image") from None
+
+    def usable(self, events: pa.Table) -> np.ndarray:
+        """Return the rows with an ``is_before`` flag: a mutation needs one."""
+        return np.asarray(pc.is_valid(self._flags(events)).to_numpy(zero_copy_only=False))
+
+    def encode(self, events: pa.Table, placement: Placement) -> list[bytes]:
+        """Encode each group's mutations. O(rows) Python work."""
+        images = list(zip(*(plain_column(events.column(c)) for c in self.row_columns),
+                          strict=True)) if self.row_columns else [()] * events.num_rows
+        flags = self._flags(events).to_pylist()
+        times = (millis(events.column(self.row_time_column), self.row_time_column)
+                 if self.row_time_column is not None else [None] * events.num_rows)
+        stamps = placement.stamps
+        return [encode_mutations(Mutation(int(stamps[row]), bool(flags[row]), images[row],
+                                          times[row]) for row in rows)
+                for rows in placement.groups.values()]
+
+
+def put_mutations(store: KVStore, group_by: GroupBy, mutations: pa.Table,
+                  batch: str) -> TileWriteReport:
+    """Write one batch of an entity GroupBy's mutations as streaming tiles.
+
+    Reads the upload's metadata, then :meth:`MutationWriter.write` (see
+    :meth:`~timetile.online.tiles.StreamWriter.write` for the promises).
+
+    Args:
+        store: the store ``upload`` wrote to (its metadata gives the row columns).
+        group_by: the definition, of an entity source.
+        mutations: the mutation table's rows after the source's ``select`` and ``where``:
+            the row columns, the mutation time and ``is_before`` columns, and the time
+            column if the source has one.
+        batch: the batch's id, stable across replays (e.g. the micro-batch id).
+
+    Raises:
+        LookupError: ``group_by`` was never uploaded to ``store``.
+        DefinitionError: ``group_by`` aggregates an event source.
+
+    """
+    return MutationWriter(group_by, read_meta(store, group_by)).write(store, mutations, batch)
