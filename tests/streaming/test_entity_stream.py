@@ -1,6 +1,7 @@
 """A change stream (CDC) of an entity source through ``timetile stream``: upload the snapshot of
 day D, land D+1's mutations as files, stream them with a crash and a restart in the middle,
-and every fetch equals ``tt.backfill``; every mutation is counted once.
+and every fetch equals ``tt.backfill``; every mutation is counted once, and the consistency
+job over the logged responses finds every feature matching.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import pytest
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
+from timetile.online.response_log import ResponseLog
 from timetile.online.store import open_store
 from timetile.online.upload import upload
 from timetile.streaming.file_source import FileSource, land_json_lines
 from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.testing import random_entities, same_value, to_spark
+from timetile.verify.consistency import consistency
 
 pytestmark = pytest.mark.spark
 
@@ -70,15 +73,20 @@ def test_change_stream_with_a_restart_serves_what_the_backfill_computes(
     join = tt.Join("accounts", tt.EventSource(queries), [accounts])
     truth = {(row["user_id"], row["ts"]): row for row in tt.backfill(join, spark).collect()}
     bad = []
-    with open_store(uri) as store:
+    rows = [{"user_id": k} for k in KEYS]
+    with open_store(uri) as store, ResponseLog(tmp_path / "logs") as log:
         fetcher = Fetcher(join, store)
         for moment in at:
-            for key, result in zip(KEYS, fetcher.fetch([{"user_id": k} for k in KEYS],
-                                                       at=moment), strict=True):
+            results = fetcher.fetch(rows, at=moment)
+            log.log(f"r{moment}", join.name, moment, rows, results)
+            for key, result in zip(KEYS, results, strict=True):
                 bad += [(name, key, moment, value, truth[(key, moment)][name])
                         for name, value in result.features.items()
                         if not same_value(value, truth[(key, moment)][name])]
     assert not bad, f"{len(bad)} mismatches, e.g. {bad[:5]}"
+    report = consistency(join, spark, str(tmp_path / "logs"))
+    assert report.rows == len(at) * len(KEYS)
+    assert [entry for entry in report.features if entry.matches != entry.rows] == []
 
 
 def test_an_entity_source_without_mutations_cannot_stream(spark: Any, tmp_path: Path) -> None:
