@@ -37,7 +37,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -211,14 +210,12 @@ class TileStream:
         keys = list(self.group_by.keys)
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
         task = _PartitionWriter(self.store_uri, writer, str(batch_id), watermark)
-        row: Any = (frame.repartition(partitions, *keys).sortWithinPartitions(*keys)
-                    .mapInArrow(task, _TASK_SCHEMA)
-                    .agg(*[F.sum(c).alias(c) for c in _COUNTS],
-                         F.max("max_time").alias("max_time"))
-                    .first())
-        counts = StreamCounts(*(int(row[c] or 0) for c in _COUNTS))
-        seen = [t for t in (previous.max_time if previous else None, row["max_time"])
-                if t is not None]
+        # one row of counts per task: summed here, which spares Spark an aggregation stage
+        tasks = (frame.repartition(partitions, *keys).sortWithinPartitions(*keys)
+                 .mapInArrow(task, _TASK_SCHEMA).collect())
+        counts = StreamCounts(*(sum(int(row[c] or 0) for row in tasks) for c in _COUNTS))
+        seen = [t for t in (previous.max_time if previous else None,
+                            *(row["max_time"] for row in tasks)) if t is not None]
         max_time = max(seen) if seen else None
         with open_store(self.store_uri) as store:
             write_state(store, name, StreamState(query_id, batch_id, watermark, max_time,
