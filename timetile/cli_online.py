@@ -207,7 +207,7 @@ def upload(
                     written[group_by.name] = (keys, size)
                     if left_out:
                         out.print(f"[yellow]{group_by.name}: {left_out:,} source rows left "
-                                  "out (time or key null)[/yellow]")
+                                  "out (a null key, or an event's null time)[/yellow]")
         print_upload(out, written, store=store, ds=ds, seconds=time.perf_counter() - began)
 
 

@@ -8,6 +8,7 @@ millisecond of a day, and keys absent from the first snapshot; the queries of
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -206,3 +207,23 @@ def test_wide_rows_with_nested_columns(spark: Any) -> None:
         tt.Join("wide", tt.EventSource(queries), [totals, tags]), spark).collect()}
     assert (rows[1]["totals_balance_sum"], rows[1]["tags_tags"]) == (6.0, ["a"])
     assert (rows[2]["totals_balance_sum"], rows[2]["tags_tags"]) == (7.0, ["c"])
+
+
+def test_lookups_of_timestamp_and_date_columns(spark: Any) -> None:
+    """They cross Arrow in the session's time zone (a timestamp needs one)."""
+    snapshots = spark.createDataFrame(
+        [("2024-01-01", 1, dt.datetime(2024, 1, 1, 5), dt.date(2024, 1, 1))],
+        "ds string, user_id long, at timestamp, day date")
+    mutations = spark.createDataFrame(
+        [(1, dt.datetime(2024, 1, 1, 5), dt.date(2024, 1, 1), 1704200000000, True),
+         (1, dt.datetime(2024, 1, 2, 5), dt.date(2024, 1, 2), 1704200000000, False)],
+        "user_id long, at timestamp, day date, mutation_ts long, is_before boolean")
+    source = tt.EntitySource(snapshots, mutation_table=mutations,
+                             select=["user_id", "at", "day"])
+    queries = spark.createDataFrame([(1, 1704200000000), (1, 1704200000001)],
+                                    "user_id long, ts long")
+    rows = tt.backfill(tt.Join("when", tt.EventSource(queries),
+                               [tt.GroupBy("g", source, ["user_id"])]), spark).collect()
+    assert sorted((row["ts"], row["g_at"], row["g_day"]) for row in rows) == [
+        (1704200000000, dt.datetime(2024, 1, 1, 5), dt.date(2024, 1, 1)),
+        (1704200000001, dt.datetime(2024, 1, 2, 5), dt.date(2024, 1, 2))]

@@ -9,6 +9,7 @@ mutation does not count yet (``mutation_ts < a``).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,45 @@ def test_mutation_writes_refuse_and_count_bad_rows(spark: Any, store_uri: str) -
             put_mutations(store, users, rows.drop_columns(["tier"]), "b2")
         with pytest.raises(tt.DefinitionError, match="put_mutations"):
             put_events(store, users, rows, "b3")
+
+
+def test_fetches_before_the_day_end_stray_retractions_and_mismatched_types(
+        spark: Any, store_uri: str) -> None:
+    snapshots = spark.createDataFrame(
+        [(DS, 1, 4.0, dt.datetime(2024, 1, 1, 5, 0, 0, 500), dt.date(2024, 1, 1))],
+        "ds string, user_id long, stars double, at timestamp, day date")
+    mutations = spark.createDataFrame(
+        [], "user_id long, stars double, at timestamp, day date, mutation_ts long, "
+        "is_before boolean")
+    source = tt.EntitySource(snapshots, mutation_table=mutations)
+    users = tt.GroupBy("users", source, ["user_id"], [tt.Aggregation("stars", "count")])
+    days = tt.GroupBy("days", tt.EntitySource(snapshots, mutation_table=mutations,
+                                              select=["user_id", "day"]), ["user_id"])
+    with pytest.raises(tt.DefinitionError, match=r"lookup column 'day' is date"):
+        upload(days, spark, DS, store_uri)
+    upload(users, spark, DS, store_uri)
+    at = pa.array([dt.datetime(2024, 1, 1, 5, 0, 0, 500, tzinfo=dt.timezone.utc)] * 2,
+                  type=pa.timestamp("us", tz="UTC"))
+    edit = pa.table({"user_id": [1, 1], "stars": [4.0, 5.0], "at": at,
+                     "day": pa.array([dt.date(2024, 1, 1)] * 2),
+                     "mutation_ts": [DAY_END + HOUR_MS] * 2, "is_before": [True, False]})
+    stray = pa.table({"user_id": [7], "stars": [1.0], "at": at.slice(0, 1),
+                      "day": pa.array([dt.date(2024, 1, 1)]),
+                      "mutation_ts": [DAY_END + HOUR_MS], "is_before": [True]})
+    join = tt.Join("j", tt.EventSource(spark.createDataFrame([(1, 0)], "user_id long, ts long")),
+                   [users])
+    with open_store(store_uri) as store:
+        put_mutations(store, users, edit, "b1")  # µs timestamps retract the uploaded row
+        put_mutations(store, users, stray, "b2")
+        with pytest.raises(ValueError, match=r"'stars' is string, the snapshot's is float"):
+            put_mutations(store, users, edit.set_column(1, "stars", pa.array(["4", "5"])), "b3")
+        fetcher = Fetcher(join, store)
+        after, stray_key = fetcher.fetch([{"user_id": 1}, {"user_id": 7}],
+                                         at=DAY_END + 2 * HOUR_MS)
+        assert after.features == {"users_stars_count": 1}
+        assert after.stale == []
+        assert stray_key.features == {"users_stars_count": 0}
+        assert fetcher.unmatched == {"users": 1}
+        early = fetcher.fetch([{"user_id": 1}], at=DAY_END - HOUR_MS)[0]  # never the future
+        assert early.features == {"users_stars_count": 0}
+        assert early.stale == ["users"]

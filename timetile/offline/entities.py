@@ -148,20 +148,3 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
             "give the mutations the same row columns as the snapshots (or select them)")
     mutations = mutations.select(*row_columns, MUTATION_TIME, IS_BEFORE)
     return mutations.withColumn(TIME, _row_time(mutations, source))
-
-
-def plain_values(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """Return ``frame`` with its timestamp and date ``columns`` as epoch milliseconds and days.
-
-    Row images stored online hold plain scalars (ints, floats, strings, booleans); both the
-    upload of snapshot rows and the stream of mutations pass through this, so their images
-    compare equal. No job runs.
-    """
-    casts = {}
-    for column in columns:
-        kind = coarse_type(frame.schema[column].dataType)
-        if kind == "timestamp":
-            casts[column] = F.unix_millis(F.col(column).cast("timestamp"))
-        elif kind == "date":
-            casts[column] = F.unix_date(F.col(column))
-    return frame.withColumns(casts) if casts else frame

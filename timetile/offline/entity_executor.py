@@ -26,7 +26,6 @@ from pyspark.accumulators import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.api.windows import window_spec
 from timetile.core.entity_state import EntityFeature, EntityReplay
@@ -34,7 +33,7 @@ from timetile.core.timeutil import DAY_MS
 from timetile.offline.entities import DAY, IS_BEFORE, MUTATION_TIME
 from timetile.offline.plan import EntityPartPlan, ExecutorOptions
 from timetile.offline.reference_executor import build_aggregator, feature_fields
-from timetile.offline.result_types import arrow_column
+from timetile.offline.result_types import arrow_column, arrow_schema
 from timetile.offline.sorted_groups import group_bounds, whole_groups
 from timetile.offline.sources import TIME
 
@@ -198,4 +197,4 @@ def entity_features(plan: EntityPartPlan, queries: DataFrame,
             f"{unmatched.value:,}" if unmatched is not None and unmatched.value else None)
     return (union.repartition(partitions, *keys, DAY)
             .sortWithinPartitions(*keys, DAY)
-            .mapInArrow(EntityPass(plan, to_arrow_schema(schema), unmatched), schema))
+            .mapInArrow(EntityPass(plan, arrow_schema(schema, spark), unmatched), schema))

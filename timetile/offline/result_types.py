@@ -6,8 +6,9 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import SparkSession
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
 from timetile.core.aggregators import Aggregator
 from timetile.core.types import ResultType, Shape, ValueType
@@ -48,3 +49,16 @@ def arrow_column(aggregator: Aggregator[Any], results: list[Any]) -> pa.Array:
     """Return finalized results as an Arrow array of the op's result type."""
     arrow_type = to_arrow_type(spark_type(aggregator.result_type()))
     return pa.array([arrow_value(value) for value in results], type=arrow_type)
+
+
+def arrow_schema(schema: T.StructType, spark: SparkSession) -> pa.Schema:
+    """Return the Arrow schema Spark exchanges ``schema``'s rows in with ``mapInArrow``.
+
+    Timestamps carry the session's time zone, as Spark's Arrow batches do.
+
+    Raises:
+        TypeError: a column's type has no Arrow form.
+        AssertionError: PySpark's answer for some nested types (a timestamp in a map).
+
+    """
+    return to_arrow_schema(schema, timezone=spark.conf.get("spark.sql.session.timeZone"))

@@ -19,10 +19,15 @@ backfill when each snapshot is the one before with the day's mutations applied, 
 fetch says it is stale, as for events.
 
 Row images hold plain scalars: timestamp and date columns become epoch milliseconds and
-epoch days (:func:`timetile.offline.entities.plain_values` in Spark, :func:`plain_column`
-here), so a lookup of such a column returns a number online.
+epoch days (:func:`plain_column`, the one conversion: the upload's and the stream's
+executors and :func:`put_mutations` all run it on Arrow data), so a snapshot row and its
+retraction compare equal. A lookup returns its columns as they are, so a lookup of a
+timestamp or date column is refused online (upload names it). A fetch at a time before the
+record's day end cannot undo its day's mutations: it answers the empty table's values and
+says it is stale, never rows from after the fetch time.
 
-Cost of one key's fetch: O(rows + mutations), plus O(rows) per windowed feature.
+Cost of one key's fetch: O(rows + m log m) for m mutations, plus O(rows) per windowed
+feature.
 """
 
 from __future__ import annotations
@@ -45,10 +50,19 @@ from timetile.core.batch_record import split_series
 from timetile.core.entity_state import EntityFeature, EntityReplay, Image
 from timetile.online.layout import GroupByMeta, online_features
 from timetile.online.store import KVStore
-from timetile.online.tiles import Placement, StreamWriter, TileWriteReport, millis, read_meta
+from timetile.online.tiles import (
+    Placement,
+    StreamWriter,
+    TileWriteReport,
+    millis,
+    read_meta,
+    timestamp_millis,
+)
 
 #: The coarse types a row column of an entity source served online may have.
 ROW_TYPES = ("int", "float", "string", "bool", "timestamp", "date")
+#: The coarse types a lookup column served online may have (it is returned as stored).
+LOOKUP_TYPES = ("int", "float", "string", "bool")
 #: In a stream of mutations, the row's own time (the stream's time is the mutation time).
 ROW_TIME = "_tt_row_time"
 _RECORD_VERSION = 1
@@ -71,6 +85,10 @@ class EntityRecord:
     day_end: int
     rows: tuple[Row, ...]
 
+    def covers(self, at: int, slack: int) -> bool:
+        """Whether a fetch at ``at`` is exact from this record (plus the mutations since)."""
+        return self.day_end <= at < self.day_end + slack
+
     def to_bytes(self) -> bytes:
         """Encode for the store.
 
@@ -78,8 +96,7 @@ class EntityRecord:
         >>> EntityRecord.from_bytes(record.to_bytes()) == record
         True
         """
-        return encode((_RECORD_VERSION, self.day_end,
-                       tuple((time, image) for image, time in self.rows)))
+        return encode((_RECORD_VERSION, self.day_end, self.rows))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EntityRecord:
@@ -92,7 +109,7 @@ class EntityRecord:
         decoded: Any = decode(data)
         if not isinstance(decoded, tuple) or decoded[0] != _RECORD_VERSION:
             raise ValueError("not a timetile entity record of this version: re-run upload")
-        return cls(decoded[1], tuple((image, time) for time, image in decoded[2]))
+        return cls(decoded[1], tuple((image, time) for image, time in decoded[2]))
 
 
 @dataclass(frozen=True)
@@ -115,8 +132,8 @@ class Mutation:
 
 
 def encode_mutations(mutations: Iterable[Mutation]) -> bytes:
-    """Encode one writer batch's mutations of one (key, tile)."""
-    return encode((_MUTATIONS_VERSION, tuple((m.at, m.before, m.time, m.image)
+    """Encode one writer batch's mutations of one (key, tile); O(values)."""
+    return encode((_MUTATIONS_VERSION, tuple((m.at, m.before, m.image, m.time)
                                              for m in mutations)))
 
 
@@ -132,8 +149,9 @@ def decode_mutations(data: bytes) -> tuple[Mutation, ...]:
     """
     decoded: Any = decode(data)
     if not isinstance(decoded, tuple) or decoded[0] != _MUTATIONS_VERSION:
-        raise ValueError("not timetile entity mutations of this version")
-    return tuple(Mutation(at, before, image, time) for at, before, time, image in decoded[1])
+        raise ValueError("not timetile entity mutations of this version: restart the stream "
+                         "with a fresh checkpoint after the next upload")
+    return tuple(Mutation(at, before, image, time) for at, before, image, time in decoded[1])
 
 
 @dataclass(frozen=True)
@@ -168,34 +186,56 @@ class EntityServing:
         lookup = tuple(columns.index(column) for column in group_by.lookup_columns)
         return cls(tuple(names), tuple(features), lookup)
 
-    def answer(self, rows: Iterable[Row], mutations: Iterable[Mutation], since: int,
-               when: int) -> list[Any]:
-        """Return every output at ``when``: ``rows`` (as of ``since``) changed by ``mutations``.
+    def answer(self, record: EntityRecord, mutations: Iterable[Mutation], when: int
+               ) -> tuple[list[Any], int]:
+        """Return every output at ``when``, and the retractions of rows that were not there.
 
-        Only the mutations in ``[since, when)`` apply, one millisecond at a time.
-        O(rows + mutations + windowed features · rows).
+        The record's rows, changed by the ``mutations`` in ``[record.day_end, when)``, one
+        millisecond at a time. ``when`` before the record's day end gets the empty table's
+        values: the record holds that day's later changes, which cannot be undone.
+        O(rows + m log m) for m mutations, plus O(rows) per windowed feature.
         """
         replay = EntityReplay(self.features, self.lookup, self.lookup)
-        replay.insert(list(rows))
-        applied = sorted((m for m in mutations if since <= m.at < when), key=attrgetter("at"))
-        for _, moment in groupby(applied, key=attrgetter("at")):
-            changes = list(moment)
-            replay.apply([(m.image, m.time) for m in changes if not m.before],
-                         [(m.image, m.time) for m in changes if m.before])
-        return replay.answer(when)
+        if when >= record.day_end:
+            replay.insert(list(record.rows))
+            applied = sorted((m for m in mutations if record.day_end <= m.at < when),
+                             key=attrgetter("at"))
+            for _, moment in groupby(applied, key=attrgetter("at")):
+                changes = list(moment)
+                replay.apply([(m.image, m.time) for m in changes if not m.before],
+                             [(m.image, m.time) for m in changes if m.before])
+        return replay.answer(when), replay.unmatched
 
 
-def plain_column(column: pa.ChunkedArray) -> list[Any]:
+def plain_column(column: pa.ChunkedArray | pa.Array) -> list[Any]:
     """Return a column's values as row images hold them.
 
-    Timestamps become epoch ms, dates epoch days, everything else Python scalars.
+    Timestamps become epoch ms (floored; one without a zone reads as UTC), dates epoch
+    days, everything else Python scalars.
+
+    >>> import datetime as dt
+    >>> plain_column(pa.array([dt.date(1970, 1, 3), None]))
+    [2, None]
     """
     if pa.types.is_timestamp(column.type):
-        column = pc.cast(pc.cast(column, pa.timestamp("ms")), pa.int64())
-    elif pa.types.is_date(column.type):
+        return timestamp_millis(column)
+    if pa.types.is_date(column.type):
         column = pc.cast(pc.cast(column, pa.date32()), pa.int32())
     values: list[Any] = column.to_pylist()
     return values
+
+
+def arrow_coarse_type(data_type: pa.DataType) -> str:
+    """Return the coarse type name (as :mod:`timetile.api.schema` names it) of an Arrow type.
+
+    >>> arrow_coarse_type(pa.int32()), arrow_coarse_type(pa.timestamp("us", tz="UTC"))
+    ('int', 'timestamp')
+    """
+    checks = ((pa.types.is_integer, "int"), (pa.types.is_floating, "float"),
+              (pa.types.is_boolean, "bool"), (pa.types.is_timestamp, "timestamp"),
+              (pa.types.is_date, "date"), (pa.types.is_null, "null"),
+              (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "string"))
+    return next((name for check, name in checks if check(data_type)), str(data_type))
 
 
 class MutationWriter(StreamWriter):
@@ -228,6 +268,7 @@ class MutationWriter(StreamWriter):
         self.is_before_column = is_before_column or source.is_before_column
         self.row_time_column = row_time_column or source.time_column
         self.row_columns = meta.row_columns
+        self.row_types = dict(zip(meta.row_columns, meta.row_types, strict=True))
 
     @property
     def columns(self) -> list[str]:
@@ -238,6 +279,28 @@ class MutationWriter(StreamWriter):
         extra = [self.row_time_column] if self.row_time_column is not None else []
         return [*self.row_columns, self.time_column, self.is_before_column, *extra]
 
+    def check(self, events: pa.Table) -> None:
+        """Refuse rows missing a column, or with row columns of other types than the snapshot's.
+
+        Their images would never match the snapshot's rows.
+
+        Raises:
+            ValueError: naming the columns, their types and the fix.
+
+        """
+        super().check(events)
+        wrong = [f"{name!r} is {arrow_coarse_type(events.schema.field(name).type)}, the "
+                 f"snapshot's is {kind}" for name, kind in self.row_types.items()
+                 if arrow_coarse_type(events.schema.field(name).type) not in (kind, "null")]
+        if wrong:
+            raise ValueError(f"the mutations of GroupBy {self.name!r} do not fit its upload: "
+                             f"{'; '.join(wrong)}. Fix: send the row columns with the "
+                             "snapshot's types (cast them in the producer)")
+
+    def usable(self, events: pa.Table) -> np.ndarray:
+        """Return the rows with an ``is_before`` flag: a mutation needs one."""
+        return np.asarray(pc.is_valid(self._flags(events)).to_numpy(zero_copy_only=False))
+
     def _flags(self, events: pa.Table) -> pa.ChunkedArray:
         column = events.column(self.is_before_column)
         try:
@@ -247,21 +310,21 @@ class MutationWriter(StreamWriter):
                              "booleans. Fix: send true for a before image, false for an "
                              "after image") from None
 
-    def usable(self, events: pa.Table) -> np.ndarray:
-        """Return the rows with an ``is_before`` flag: a mutation needs one."""
-        return np.asarray(pc.is_valid(self._flags(events)).to_numpy(zero_copy_only=False))
-
     def encode(self, events: pa.Table, placement: Placement) -> list[bytes]:
-        """Encode each group's mutations. O(rows) Python work."""
-        images = list(zip(*(plain_column(events.column(c)) for c in self.row_columns),
-                          strict=True)) if self.row_columns else [()] * events.num_rows
-        flags = self._flags(events).to_pylist()
-        times = (millis(events.column(self.row_time_column), self.row_time_column)
-                 if self.row_time_column is not None else [None] * events.num_rows)
+        """Encode each group's mutations; only the placed rows are converted. O(rows)."""
+        rows = sorted(row for group in placement.groups.values() for row in group)
+        placed = events.take(pa.array(rows, type=pa.int64()))
+        position = {row: index for index, row in enumerate(rows)}
+        images = (list(zip(*(plain_column(placed.column(c)) for c in self.row_columns),
+                           strict=True)) if self.row_columns else [()] * len(rows))
+        flags = pc.cast(placed.column(self.is_before_column), pa.bool_()).to_pylist()
+        times = (millis(placed.column(self.row_time_column), self.row_time_column)
+                 if self.row_time_column is not None else [None] * len(rows))
         stamps = placement.stamps
-        return [encode_mutations(Mutation(int(stamps[row]), bool(flags[row]), images[row],
-                                          times[row]) for row in rows)
-                for rows in placement.groups.values()]
+        return [encode_mutations(Mutation(int(stamps[row]), bool(flags[position[row]]),
+                                          images[position[row]], times[position[row]])
+                                 for row in group)
+                for group in placement.groups.values()]
 
 
 def put_mutations(store: KVStore, group_by: GroupBy, mutations: pa.Table,

@@ -8,11 +8,13 @@ the empty-window values: count 0, everything else null. A record that no longer 
 fetch time (the next upload is late) still answers, and the result says so in ``stale``.
 
 An entity source's part replays each key's rows as of the upload with the mutations streamed
-since (:mod:`timetile.online.entity_records`), as the backfill's entity executor does.
+since (:mod:`timetile.online.entity_records`), as the backfill's entity executor does; a
+fetch before the record's day end gets the empty table's values and is stale.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -44,6 +46,7 @@ from timetile.online.store import KVStore, Tile
 #: Bytes of encoded records (and of tiles) whose decoded form a fetcher keeps: they never
 #: change until the next upload (a new record is new bytes), so hot keys skip decoding.
 CACHE_BYTES = 256 * 2**20
+log = logging.getLogger(__name__)
 
 
 class _DecodeCache:
@@ -127,6 +130,9 @@ class Fetcher:
         self._served: dict[str, _Served] = {}
         self._records = _DecodeCache(CACHE_BYTES)
         self._tiles = _DecodeCache(CACHE_BYTES)
+        self._lock = threading.Lock()
+        #: Per entity GroupBy, the streamed retractions of rows it did not hold, ignored.
+        self.unmatched: dict[str, int] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -151,9 +157,11 @@ class Fetcher:
                     f"GroupBy {name} changed since its upload (features, keys or accuracy "
                     f"differ from what the store holds). Fix: run `timetile upload` for it")
             group_by = group_bys[name]
+            if meta.row_columns:
+                served[name] = _Served(group_by, meta, (), {}, EntityServing.of(group_by, meta))
+                continue
             features = online_features(group_by, meta.value_types)
-            entity = EntityServing.of(group_by, meta) if meta.row_columns else None
-            served[name] = _Served(group_by, meta, features, series_dtypes(features), entity)
+            served[name] = _Served(group_by, meta, features, series_dtypes(features), None)
         self._served = served
 
     @property
@@ -210,7 +218,7 @@ class Fetcher:
         tiles = self.store.get_tiles(tile_table(group_by.name), keys, meta.day_end, when + 1)
         prefix = f"{part.prefix}_" if part.prefix else ""
         if served.entity is not None:
-            self._entity_part(served, served.entity, records, tiles, when=when, prefix=prefix,
+            self._entity_part(served, records, tiles, when=when, prefix=prefix,
                               results=results)
             return
         empty = BatchRecord(meta.day_end, meta.slack, {}, {})
@@ -228,25 +236,38 @@ class Fetcher:
                 result.features[prefix + feature.name] = feature.aggregator.finalize(state)
 
 
-    def _entity_part(self, served: _Served, entity: EntityServing,
-                     records: Sequence[bytes | None], tiles: Sequence[Sequence[Tile]], *,
-                     when: int, prefix: str, results: list[FetchResult]) -> None:
+    def _entity_part(self, served: _Served, records: Sequence[bytes | None],
+                     tiles: Sequence[Sequence[Tile]], *, when: int, prefix: str,
+                     results: list[FetchResult]) -> None:
         """Replay each key's rows and the mutations since (:mod:`.entity_records`)."""
-        meta = served.meta
+        meta, name, entity = served.meta, served.group_by.name, served.entity
+        assert entity is not None
+        unmatched = 0
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
             record = (EntityRecord(meta.day_end, ()) if data is None
                       else self._records.get(data, EntityRecord.from_bytes))
             if record.day_end < meta.day_end:  # the key was not in the last snapshot
                 record = EntityRecord(meta.day_end, ())
-            name = served.group_by.name
-            if not record.day_end <= when < record.day_end + meta.slack and (
-                    name not in result.stale):
+            if not record.covers(when, meta.slack) and name not in result.stale:
                 result.stale.append(name)
             mutations = [m for _, _, value in key_tiles
                          for m in self._tiles.get(value, decode_mutations)]
-            answers = entity.answer(record.rows, mutations, record.day_end, when)
+            answers, missed = entity.answer(record, mutations, when)
+            unmatched += missed
             for column, value in zip(entity.names, answers, strict=True):
                 result.features[prefix + column] = value
+        if unmatched:
+            self._count_unmatched(name, unmatched)
+
+    def _count_unmatched(self, name: str, count: int) -> None:
+        """Count retractions of rows that were not there; warn the first time per GroupBy."""
+        with self._lock:
+            first = name not in self.unmatched
+            self.unmatched[name] = self.unmatched.get(name, 0) + count
+        if first:
+            log.warning("%s: a streamed mutation retracts a row the entity does not hold "
+                        "(ignored, as the backfill ignores it); Fetcher.unmatched counts them",
+                        name)
 
 
 def _recent(tiles: Sequence[Mapping[str, Series]], since: int, until: int

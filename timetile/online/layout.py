@@ -47,7 +47,7 @@ from timetile.core.types import ValueType
 META_TABLE = "tt_meta"
 #: Streaming tiles span this long: a fetch reads the tiles since the batch record's day end.
 TILE_MS = HOUR_MS
-_META_VERSION = 3
+_META_VERSION = 4
 _TILE_VERSION = 1
 
 
@@ -74,6 +74,7 @@ class GroupByMeta:
             whose definition gives another one refuses to serve them.
         row_columns: for an entity source, the columns of a row image, in order (empty for
             an event source).
+        row_types: the coarse type of each row column, in that order.
 
     """
 
@@ -83,12 +84,13 @@ class GroupByMeta:
     value_types: Mapping[str, str]
     signature: str = ""
     row_columns: tuple[str, ...] = ()
+    row_types: tuple[str, ...] = ()
 
     def to_bytes(self) -> bytes:
         """Encode for the store."""
         return encode((_META_VERSION, self.day_end, self.slack, self.key_types,
                        tuple(sorted(self.value_types.items())), self.signature,
-                       self.row_columns))
+                       self.row_columns, self.row_types))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> GroupByMeta:
@@ -101,8 +103,9 @@ class GroupByMeta:
         decoded: Any = decode(data)
         if not isinstance(decoded, tuple) or decoded[0] != _META_VERSION:
             raise ValueError("not timetile upload metadata of this version: re-run upload")
-        _, day_end, slack, keys, values, signature, row_columns = decoded
-        return cls(day_end, slack, tuple(keys), dict(values), signature, tuple(row_columns))
+        _, day_end, slack, keys, values, signature, row_columns, row_types = decoded
+        return cls(day_end, slack, tuple(keys), dict(values), signature, tuple(row_columns),
+                   tuple(row_types))
 
 
 def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[OnlineFeature, ...]:

@@ -42,10 +42,10 @@ from timetile.core.batch_record import (
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.core.windows import WindowKind
-from timetile.offline.entities import DAY, load_entity, plain_values
+from timetile.offline.entities import DAY, load_entity
 from timetile.offline.sorted_groups import group_bounds, whole_groups
 from timetile.offline.sources import TIME, coarse_schema, load_events
-from timetile.online.entity_records import ROW_TYPES, EntityRecord, plain_column
+from timetile.online.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
 from timetile.online.layout import (
     META_TABLE,
     GroupByMeta,
@@ -68,8 +68,8 @@ PUT_BATCH = 500
 class UploadReport:
     """What an upload wrote, per GroupBy: ``{name: (keys, bytes)}``, and its day end.
 
-    ``left_out`` counts, per GroupBy, the source rows no record holds because their time or
-    a key is null.
+    ``left_out`` counts, per GroupBy, the source rows no record holds: events whose time or
+    a key is null, snapshot rows whose key is null.
     """
 
     ds: str
@@ -238,18 +238,24 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
                          f"{schema[column]}, which online row images cannot hold",
                          f"select it as one of {', '.join(ROW_TYPES)}, or leave it out")
                  for column in rows.row_columns if schema[column] not in ROW_TYPES]
+    problems += [Problem(f"{field}.source.select", f"lookup column {column!r} is "
+                         f"{schema[column]}, which online rows hold as a number, not as the "
+                         "backfill returns it", "select it cast to a string (or as epoch "
+                         "milliseconds) for the lookup")
+                 for column in group_by.lookup_columns
+                 if schema.get(column) in ROW_TYPES and schema[column] not in LOOKUP_TYPES]
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
     columns = sorted({a.column for a in group_by.aggregations or ()}
                      | {b for a in group_by.aggregations or () for b in a.buckets or ()})
     meta = GroupByMeta(day_end, slack_ms, tuple(schema[k] for k in group_by.keys),
                        {column: schema[column] for column in columns},
-                       feature_signature(group_by), rows.row_columns)
+                       feature_signature(group_by), rows.row_columns,
+                       tuple(schema[column] for column in rows.row_columns))
     writer: _RecordWriter
     if rows.row_columns:
         writer = _EntityRecords(store_uri, group_by, meta)
-        records = plain_values(rows.frame.where(rows.placed)
-                               .select(*rows.row_columns, TIME), rows.row_columns)
+        records = rows.frame.where(rows.placed).select(*rows.row_columns, TIME)
     else:
         writer = events = _EventRecords(store_uri, group_by, meta)
         usable = rows.placed & (F.col(TIME) < day_end)
@@ -271,7 +277,7 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     left_out = int(rows.frame.agg(F.count_if(~rows.placed)).first()[0]  # type: ignore[index]
                    or 0)
     if left_out:
-        log.warning("%s: %s rows left out of the upload (a key or the time is null)",
+        log.warning("%s: %s rows left out of the upload (a null key, or an event's null time)",
                     group_by.name, f"{left_out:,}")
     return keys, size, left_out
 

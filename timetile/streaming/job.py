@@ -28,7 +28,8 @@ store), never dropped silently:
   allowed ``lateness`` (Spark's ``withWatermark`` rule, which the query also declares, so
   Spark's progress reports the same watermark): ``behind_watermark``: the next upload adds
   them. Within the lateness, out-of-order events are written like any other;
-- a null or unparseable time, or a null key: ``unusable``, as offline.
+- a null or unparseable time, or a null key (or, for a mutation, a null ``is_before``):
+  ``unusable``, as offline.
 """
 
 from __future__ import annotations
@@ -45,12 +46,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
-from timetile.api.errors import DefinitionError
+from timetile.api.errors import DefinitionError, Problem
 from timetile.api.group_by import GroupBy
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EntitySource, EventSource
 from timetile.core.timeutil import ms_to_iso, parse_duration
-from timetile.offline.entities import IS_BEFORE, MUTATION_TIME, mutation_rows, plain_values
+from timetile.offline.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
 from timetile.offline.sorted_groups import whole_groups
 from timetile.offline.sources import (
     TIME,
@@ -93,6 +94,7 @@ class BatchReport:
         max_time: the greatest event time seen through it, epoch ms (None if none).
         replay: the store already held this batch: a rerun after a restart.
         seconds: its wall time on the driver.
+        rows: what the stream carries: ``"events"``, or an entity source's ``"mutations"``.
 
     """
 
@@ -103,12 +105,13 @@ class BatchReport:
     max_time: int | None
     replay: bool
     seconds: float
+    rows: str = "events"
 
     def describe(self, group_by: str) -> str:
         """One line for logs and the command line."""
-        counts = self.counts
+        counts, rows = self.counts, self.rows
         line = (f"{group_by} batch {self.batch}{' (replay)' if self.replay else ''}: "
-                f"{counts.written:,} events written in {counts.tiles:,} tiles")
+                f"{counts.written:,} {rows} written in {counts.tiles:,} tiles")
         if counts.late:
             line += f", {counts.late:,} late (before the upload's day end)"
         if counts.behind_watermark:
@@ -117,7 +120,8 @@ class BatchReport:
         if counts.not_written:
             line += " (the next upload adds them)"
         if counts.unusable:
-            line += f", {counts.unusable:,} unusable (null time or key)"
+            line += (f", {counts.unusable:,} unusable (null time or key"
+                     f"{', or no is_before' if rows == 'mutations' else ''})")
         return line + f" in {self.seconds:.1f} s"
 
 
@@ -222,7 +226,8 @@ class TileStream:
                                                  before, counts))
         report = BatchReport(batch_id, counts, watermark, meta.day_end, max_time,
                              previous is not None and previous.batch == batch_id,
-                             time.perf_counter() - began)
+                             time.perf_counter() - began,
+                             "mutations" if meta.row_columns else "events")
         self.totals = before + counts
         self.batches.append(report)
         (log.warning if counts.not_written else log.info)("%s", report.describe(name))
@@ -328,11 +333,15 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
     source = group_by.source
     if isinstance(source, EntitySource):
         rows = mutation_rows(raw, source, f"{field}.source", meta.row_columns)
-        problems = group_by_problems(group_by, coarse_schema(rows.select(*meta.row_columns)),
-                                     f"{field}.")
-        frame = plain_values(rows, meta.row_columns).select(
-            *meta.row_columns, F.col(TIME).alias(ROW_TIME), F.col(MUTATION_TIME).alias(TIME),
-            IS_BEFORE)
+        types = coarse_schema(rows.select(*meta.row_columns))
+        problems = group_by_problems(group_by, types, f"{field}.")
+        problems += [Problem(f"{field}.source", f"the change stream's column {column!r} is "
+                             f"{types[column]}, the snapshot's is {kind}", "cast it in the "
+                             "source's select, or send it with the snapshot's type")
+                     for column, kind in zip(meta.row_columns, meta.row_types, strict=True)
+                     if types[column] != kind]
+        frame = rows.select(*meta.row_columns, F.col(TIME).alias(ROW_TIME),
+                            F.col(MUTATION_TIME).alias(TIME), IS_BEFORE)
     else:
         frame = project(raw, source, f"{field}.source")
         column = group_by.time_column
@@ -385,8 +394,8 @@ def stream_group_by(
         trigger_seconds: the micro-batch interval.
         until_idle: process what the source holds now, in as many micro-batches as its
             limits make, then stop (``Trigger.AvailableNow``): for catch-up runs and tests.
-        schema: the raw events' schema (a ``StructType`` or DDL); the batch source's by
-            default, read from its table without a job.
+        schema: the raw rows' schema (a ``StructType`` or DDL); by default the batch
+            source's table's (an entity source's mutation table's), read without a job.
         on_batch: called on the driver with each batch's report, after its tiles and its
             record are written and before Spark commits it (an exception fails the query
             there: the batch is rerun by the next start).
@@ -396,7 +405,9 @@ def stream_group_by(
         The running stream: its ``query``, ``batches`` and ``totals``.
 
     Raises:
-        DefinitionError: the GroupBy cannot be served, or does not fit the source's schema.
+        DefinitionError: the GroupBy does not fit the source's schema (for an entity source,
+            the change stream's row columns must have the snapshot's types), or it is of an
+            entity source without a ``mutation_table``.
         LookupError: the GroupBy has no upload in the store.
 
     """
