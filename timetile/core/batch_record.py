@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from timetile.core.aggregators import Aggregator
-from timetile.core.aggregators.codec import decode, encode
+from timetile.core.aggregators.codec import decode_versioned, encode
 from timetile.core.timeutil import DAY_MS
 from timetile.core.types import ValueType
 from timetile.core.windows import WindowKind, window_interval
@@ -248,11 +248,9 @@ def read_record(data: bytes, features: Sequence[OnlineFeature],
         ValueError: the bytes are not a record of this version.
 
     """
-    decoded: Any = decode(data)
-    if not isinstance(decoded, tuple) or len(decoded) != 5 or decoded[0] != RECORD_VERSION:
-        raise ValueError("not a timetile batch record of version "
-                         f"{RECORD_VERSION}: re-run upload with this timetile version")
-    _, day_end, slack, raw_bodies, raw_edges = decoded
+    day_end, slack, raw_bodies, raw_edges = decode_versioned(
+        data, RECORD_VERSION, 4, "a timetile batch record",
+        "re-run upload with this timetile version")
     by_name = {feature.name: feature for feature in features}
     bodies = {}
     for name, low, high, state in raw_bodies:

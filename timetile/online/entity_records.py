@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.sources import EntitySource
-from timetile.core.aggregators.codec import decode, encode
+from timetile.core.aggregators.codec import decode_versioned, encode
 from timetile.core.batch_record import split_series
 from timetile.core.entity_state import EntityFeature, EntityReplay, Image
 from timetile.online.layout import GroupByMeta, online_features
@@ -106,10 +106,12 @@ class EntityRecord:
             ValueError: the bytes are not an entity record of this version.
 
         """
-        decoded: Any = decode(data)
-        if not isinstance(decoded, tuple) or decoded[0] != _RECORD_VERSION:
-            raise ValueError("not a timetile entity record of this version: re-run upload")
-        return cls(decoded[1], tuple((image, time) for image, time in decoded[2]))
+        day_end, rows = decode_versioned(data, _RECORD_VERSION, 2, "a timetile entity record",
+                                         "re-run upload")
+        try:
+            return cls(int(day_end), tuple((tuple(image), time) for image, time in rows))
+        except (TypeError, ValueError):
+            raise ValueError("a malformed timetile entity record. Fix: re-run upload") from None
 
 
 @dataclass(frozen=True)
@@ -147,11 +149,14 @@ def decode_mutations(data: bytes) -> tuple[Mutation, ...]:
         ValueError: the bytes are not mutations of this version.
 
     """
-    decoded: Any = decode(data)
-    if not isinstance(decoded, tuple) or decoded[0] != _MUTATIONS_VERSION:
-        raise ValueError("not timetile entity mutations of this version: restart the stream "
-                         "with a fresh checkpoint after the next upload")
-    return tuple(Mutation(at, before, image, time) for at, before, image, time in decoded[1])
+    (mutations,) = decode_versioned(data, _MUTATIONS_VERSION, 1,
+                                    "timetile entity mutations", "restart the stream with a "
+                                    "fresh checkpoint after the next upload")
+    try:
+        return tuple(Mutation(*mutation) for mutation in mutations)
+    except TypeError:
+        raise ValueError("malformed timetile entity mutations. Fix: restart the stream with a "
+                         "fresh checkpoint after the next upload") from None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from timetile.api.group_by import GroupBy
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.aggregators.bucketed import bucketed_dtype
-from timetile.core.aggregators.codec import decode, encode
+from timetile.core.aggregators.codec import decode_versioned, encode
 from timetile.core.batch_record import (
     OnlineFeature,
     Series,
@@ -100,10 +100,9 @@ class GroupByMeta:
             ValueError: the bytes are not metadata of this version.
 
         """
-        decoded: Any = decode(data)
-        if not isinstance(decoded, tuple) or decoded[0] != _META_VERSION:
-            raise ValueError("not timetile upload metadata of this version: re-run upload")
-        _, day_end, slack, keys, values, signature, row_columns, row_types = decoded
+        fields = decode_versioned(data, _META_VERSION, 7, "timetile upload metadata",
+                                       "re-run upload")
+        day_end, slack, keys, values, signature, row_columns, row_types = fields
         return cls(day_end, slack, tuple(keys), dict(values), signature, tuple(row_columns),
                    tuple(row_types))
 
@@ -259,8 +258,7 @@ def encode_events(series: Mapping[str, Series]) -> bytes:
 
 def decode_events(data: bytes, dtypes: Mapping[str, np.dtype[Any]]) -> dict[str, Series]:
     """Decode :func:`encode_events`; series the features do not read are skipped."""
-    decoded: Any = decode(data)
-    if not isinstance(decoded, tuple) or decoded[0] != _TILE_VERSION:
-        raise ValueError("not a timetile tile of this version")
+    (series,) = decode_versioned(data, _TILE_VERSION, 1, "a timetile tile",
+                                 "restart the stream with a fresh checkpoint")
     return {name: decode_series(kind, times, values, dtypes[name])
-            for name, kind, times, values in decoded[1] if name in dtypes}
+            for name, kind, times, values in series if name in dtypes}

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, fields
-from typing import Any
 
-from timetile.core.aggregators.codec import decode, encode
+from timetile.core.aggregators.codec import decode_versioned, encode
 from timetile.online.store import KVStore
 
 log = logging.getLogger(__name__)
@@ -106,10 +105,9 @@ class StreamState:
             ValueError: the bytes are not a stream record of this version.
 
         """
-        decoded: Any = decode(data)
-        if not isinstance(decoded, tuple) or decoded[0] != _VERSION:
-            raise ValueError("not a timetile stream record of this version")
-        _, query_id, batch, watermark, max_time, before, counts = decoded
+        fields = decode_versioned(data, _VERSION, 6, "a timetile stream record",
+                                       "start the stream with a fresh checkpoint and store")
+        query_id, batch, watermark, max_time, before, counts = fields
         return cls(query_id, batch, watermark, max_time, StreamCounts(*before),
                    StreamCounts(*counts))
 

@@ -32,7 +32,7 @@ Sequences decode as tuples, so decoded states are immutable.
 from __future__ import annotations
 
 import struct
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from timetile.core.types import ValueType
 
@@ -95,6 +95,27 @@ def decode(data: bytes) -> Decoded:
     if end != len(view):
         raise ValueError(f"state bytes: {len(view) - end} trailing bytes")
     return value
+
+
+def decode_versioned(data: bytes, version: int, fields: int, what: str,
+                     fix: str) -> tuple[Any, ...]:
+    """Decode bytes that :func:`encode` wrote as ``(version, field, ...)``; return the fields.
+
+    O(len(data)).
+
+    >>> decode_versioned(encode((2, "a", 7)), 2, 2, "a pair", "write it again")
+    ('a', 7)
+
+    Raises:
+        ValueError: the bytes are malformed, or not ``fields`` fields led by ``version``:
+            "not {what} of version {version}. Fix: {fix}".
+
+    """
+    decoded = decode(data)
+    if (not isinstance(decoded, tuple) or len(decoded) != fields + 1
+            or decoded[0] != version or isinstance(decoded[0], bool)):
+        raise ValueError(f"not {what} of version {version}. Fix: {fix}")
+    return decoded[1:]
 
 
 def expect_int(value: Decoded, what: str) -> int:
