@@ -21,6 +21,7 @@ import timetile as tt
 from timetile.core.aggregators.sketches import KLL_RANK_ERROR
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher, NotUploadedError
+from timetile.online.layout import encode_key, tile_table
 from timetile.online.store import open_store
 from timetile.online.tiles import put_events
 from timetile.online.upload import upload
@@ -161,3 +162,30 @@ def test_uploads_in_flight_changed_definitions_and_unfinished_days(spark: Any,
             Fetcher(tt.Join("online", tt.EventSource(events), [wider]), store)
     with pytest.raises(tt.DefinitionError, match="has not ended yet"):
         upload(users, spark, "2999-01-01", store_uri)
+
+
+def test_uploads_expire_the_tiles_their_records_hold(spark: Any, store_uri: str) -> None:
+    events = spark.createDataFrame([(1, DAY_END + HOUR_MS, 2.0)],
+                                   "user_id long, ts long, amount double")
+    users = tt.GroupBy("users", tt.EventSource(events), ["user_id"],
+                       [tt.Aggregation("amount", "count", windows=["7d"])])
+    join = tt.Join("online", tt.EventSource(events), [users])
+    streamed = pa.table({"user_id": [1], "ts": [DAY_END + HOUR_MS], "amount": [2.0]})
+    upload(users, spark, DS, store_uri)
+    with open_store(store_uri) as store:
+        put_events(store, users, streamed, "b1")
+        stale = Fetcher(join, store)  # keeps the metadata of DS until refreshed
+
+        def tiles() -> int:
+            return len(store.get_tiles(tile_table("users"), [encode_key([1], ["int"])],
+                                       -(1 << 62), 1 << 62)[0])
+
+        upload(users, spark, "2024-01-03", store_uri)  # a fetcher one upload behind still
+        assert tiles() == 1                            # reads the tiles since DS's end
+        assert stale.fetch([{"user_id": 1}], at=DAY_END + DAY_MS + HOUR_MS)[0].features == {
+            "users_amount_count_7d": 1}
+        upload(users, spark, "2024-01-04", store_uri)
+        assert tiles() == 0
+        fresh = Fetcher(join, store)
+        assert fresh.fetch([{"user_id": 1}], at=DAY_END + 2 * DAY_MS + HOUR_MS)[0].features == {
+            "users_amount_count_7d": 1}

@@ -144,6 +144,17 @@ def test_many_keys_in_one_get_tiles(store: KVStore) -> None:
         assert tiles == ([(i, b"m", key)] if i >= 0 and i % 3 else [])
 
 
+def test_expiry_of_tiles(store: KVStore) -> None:
+    assert store.expire_tiles("clicks", 0) == 0  # a table never written
+    store.put_tiles("clicks", [(key, start, member, b"v") for key in (b"a", b"b")
+                               for start in (MIN, -1, 0, 7, MAX) for member in (b"", b"m")])
+    store.put_tiles("views", [(b"a", -1, b"", b"v")])
+    assert store.expire_tiles("clicks", 7) == 12
+    assert store.expire_tiles("clicks", 7) == 0
+    assert store.get_tiles("clicks", [b"a"], MIN, MAX) == [[(7, b"", b"v"), (7, b"m", b"v")]]
+    assert store.get_tiles("views", [b"a"], MIN, MAX) == [[(-1, b"", b"v")]]  # untouched
+
+
 def test_tiles_match_a_brute_force_oracle(store: KVStore) -> None:
     rng = random.Random(42)
     model: dict[tuple[bytes, int, bytes], bytes] = {}
@@ -154,6 +165,12 @@ def test_tiles_match_a_brute_force_oracle(store: KVStore) -> None:
         store.put_tiles("clicks", batch)
         for key, start, member, value in batch:
             model[key, start, member] = value
+        if rng.random() < 0.2:  # an upload expires what its records hold
+            before = rng.randrange(-60, 60)
+            gone = [entry for entry in model if entry[1] < before]
+            assert store.expire_tiles("clicks", before) == len(gone)
+            for entry in gone:
+                del model[entry]
         low = rng.randrange(-60, 60)
         high = low + rng.randrange(0, 40)
         expected: list[list[Tile]] = [

@@ -347,6 +347,33 @@ class LmdbStore(KVStore):
                     tiles.append((tile, composite[cut + 8:], value))
         return out
 
+    def expire_tiles(self, table: str, before: int) -> int:
+        """Delete the tile entries that start before ``before``; one write transaction.
+
+        O(entries of the table): a cursor walks them all, deleting as it goes.
+        """
+        name = b"t:" + check_table(table).encode()
+        if self._env().db(name, create=False) is None:
+            return 0
+        removed = 0
+
+        def work(txn: Any, db: Any) -> None:
+            nonlocal removed
+            removed = 0  # a retry after growing the map starts over
+            cursor = txn.cursor(db=db)
+            if not cursor.first():
+                return
+            while composite := cursor.key():
+                cut = 2 + int.from_bytes(composite[:2], "big")
+                if int.from_bytes(composite[cut:cut + 8], "big") - _SIGN < before:
+                    cursor.delete()  # moves to the next entry
+                    removed += 1
+                elif not cursor.next():
+                    return
+
+        self._write(name, work)
+        return removed
+
     def ping(self) -> None:
         """Raise :class:`StoreUnavailable` when the store is closed or unreadable."""
         try:

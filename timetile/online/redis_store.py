@@ -30,7 +30,7 @@ import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import cast
+from typing import Any, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -181,6 +181,42 @@ class RedisStore(KVStore):
                     if value is not None:
                         tiles.append((int.from_bytes(field[:8], "big") - _SIGN, field[8:], value))
         return out
+
+    def expire_tiles(self, table: str, before: int) -> int:
+        """Delete the tile entries that start before ``before``.
+
+        ``SCAN`` finds the table's keys, 500 at a time; per batch one pipeline of
+        ``ZRANGEBYSCORE`` and one of ``HDEL`` + ``ZREM``. O(entries of the table).
+        """
+        hashes = self._name(table, b":t:", b"")
+        zsets = self._name(table, b":z:", b"")
+        removed = 0
+        with self._guard() as client:
+            batch: list[bytes] = []
+            for name in client.scan_iter(match=zsets + b"*", count=500):
+                batch.append(name)
+                if len(batch) >= 500:
+                    removed += self._expire(client, batch, hashes, zsets, before)
+                    batch = []
+            if batch:
+                removed += self._expire(client, batch, hashes, zsets, before)
+        return removed
+
+    @staticmethod
+    def _expire(client: Any, names: list[bytes], hashes: bytes, zsets: bytes,
+                before: int) -> int:
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.zrangebyscore(name, "-inf", before)
+        found = [[field for field in fields if int.from_bytes(field[:8], "big") - _SIGN < before]
+                 for fields in pipe.execute()]
+        pipe = client.pipeline(transaction=False)
+        for name, fields in zip(names, found, strict=True):
+            if fields:
+                pipe.hdel(hashes + name[len(zsets):], *fields)
+                pipe.zrem(name, *fields)
+        pipe.execute()
+        return sum(map(len, found))
 
     def ping(self) -> None:
         """Raise :class:`~timetile.online.store.StoreUnavailable` unless the server answers."""

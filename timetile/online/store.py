@@ -8,7 +8,8 @@ Two kinds of data live in a store, both as bytes in named tables:
 - **tiles**: per key, values indexed by (tile start in epoch ms, member), read by time range
   with :meth:`KVStore.get_tiles`. A streaming micro-batch writes its events of one
   (key, tile) under its own member, so a replayed micro-batch rewrites the same entry and
-  never double counts.
+  never double counts. Tiles older than the batch records need are deleted with
+  :meth:`KVStore.expire_tiles` (``upload`` does it).
 
 Implementations: :class:`timetile.online.lmdb_store.LmdbStore` (embedded, the default) and
 :class:`timetile.online.redis_store.RedisStore`. :func:`open_store` picks one from a URI.
@@ -53,6 +54,14 @@ class KVStore(ABC):
 
         Sorted by (tile start, member); a fixed number of round trips for all keys (LMDB:
         one read transaction; Redis: two pipelines).
+        """
+
+    @abstractmethod
+    def expire_tiles(self, table: str, before: int) -> int:
+        """Delete every tile entry of ``table`` whose tile start is before ``before``.
+
+        Returns how many entries went. O(entries of the table): LMDB scans it in one write
+        transaction; Redis scans its keys and deletes in pipelines.
         """
 
     @abstractmethod

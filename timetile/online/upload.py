@@ -4,8 +4,10 @@ For every GroupBy of a Join (or one GroupBy), the events before the end of day `
 any window can still reach are shuffled by key, and each key's record
 (:mod:`timetile.core.batch_record`) is built and written **by the executors**, in batches of
 ``multi_put``: nothing but two counts comes back to the driver. The driver then writes the
-GroupBy's metadata, which fetchers read. Re-running for the same ``ds`` rewrites the same
-records: an upload never double counts.
+GroupBy's metadata, which fetchers read, and expires the streamed tiles from before the
+previous day's end (:meth:`~timetile.online.store.KVStore.expire_tiles`): the records hold
+their events. Re-running for the same ``ds`` rewrites the same records: an upload never
+double counts.
 
 For an entity source the record of a key is its rows in the snapshot partition of ``ds``
 (:mod:`timetile.online.entity_records`); the mutations after it come from the stream.
@@ -40,7 +42,7 @@ from timetile.core.batch_record import (
     OnlineFeature,
     build_record,
 )
-from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
 from timetile.core.windows import WindowKind
 from timetile.offline.entities import DAY, load_entity
 from timetile.offline.sorted_groups import group_bounds, whole_groups
@@ -54,6 +56,7 @@ from timetile.online.layout import (
     feature_signature,
     online_features,
     table_series,
+    tile_table,
 )
 from timetile.online.store import open_store
 
@@ -271,6 +274,12 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
                    .first())
     with open_store(store_uri) as store:  # after the records: a fetcher never sees a new
         store.multi_put(META_TABLE, [(group_by.name.encode(), meta.to_bytes())])  # day early
+        # The records hold everything before day_end; a fetcher that has not yet re-read the
+        # metadata reads tiles from the previous upload's day end on: keep those.
+        expired = store.expire_tiles(tile_table(group_by.name), day_end - DAY_MS)
+    if expired:
+        log.info("%s: expired %s tile entries from before %s", group_by.name,
+                 f"{expired:,}", ms_to_iso(day_end - DAY_MS))
     keys, size = int(totals["records"] or 0), int(totals["bytes"] or 0)
     log.info("uploaded %s: %s keys, %s bytes as of %s", group_by.name, f"{keys:,}",
              f"{size:,}", ds)
