@@ -36,3 +36,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KVStore]:
         fresh = redis_store
     yield fresh
     fresh.close()
+
+
+@pytest.fixture(params=["lmdb", "redis"])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URI of a fresh, empty store of each kind, for code that opens stores itself."""
+    if request.param == "lmdb":
+        yield f"lmdb://{tmp_path / 'store'}"
+        return
+    url = request.getfixturevalue("redis_url")
+    redis_store = RedisStore(url)
+    redis_store.flush()
+    redis_store.close()
+    yield url

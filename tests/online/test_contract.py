@@ -8,8 +8,6 @@ its answers are checked within the oracle's rank bounds instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,17 +58,6 @@ def aggregations() -> list[tt.Aggregation]:
             made.append(tt.Aggregation(column, op, **PARAMS.get(op, {})))
     made.append(tt.Aggregation("amount", "sum", windows=["1d"], buckets=["item"]))
     return made
-
-
-@pytest.fixture(params=["lmdb", "redis"])
-def store_uri(request: Any, tmp_path: Path) -> Iterator[str]:
-    if request.param == "lmdb":
-        yield f"lmdb://{tmp_path / 'store'}"
-        return
-    url = request.getfixturevalue("redis_url")
-    with open_store(url) as store:
-        store.flush()  # type: ignore[attr-defined]
-    yield url
 
 
 def test_fetch_equals_backfill_at_every_time(spark: Any, store_uri: str) -> None:

@@ -10,8 +10,6 @@ mutation does not count yet (``mutation_ts < a``).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,17 +41,6 @@ def aggregations() -> list[tt.Aggregation]:
     made.append(tt.Aggregation("tier", "count", windows=["2d"]))
     made.append(tt.Aggregation("balance", "max", windows=["1d"], buckets=["tier"]))
     return made
-
-
-@pytest.fixture(params=["lmdb", "redis"])
-def store_uri(request: Any, tmp_path: Path) -> Iterator[str]:
-    if request.param == "lmdb":
-        yield f"lmdb://{tmp_path / 'store'}"
-        return
-    url = request.getfixturevalue("redis_url")
-    with open_store(url) as store:
-        store.flush()  # type: ignore[attr-defined]
-    yield url
 
 
 def between(table: pa.Table, start: int, end: int) -> pa.Table:
