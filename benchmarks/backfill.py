@@ -166,8 +166,10 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
     outcomes: dict[str, Outcome] = {}
     warm = not args.no_check and not args.check_after
     sample = make_inputs(spark, dataset.events_path, dataset.queries_path, sample_of(dataset))
+    failed = {line for line in checked if line.startswith("WARNING: check:")}
     for contender in chosen:
-        if warm:  # again, right before its clock: Spark stops Python workers idle for a minute
+        if warm and not any(contender.title in line for line in failed):
+            # again, right before its clock: Spark stops Python workers idle for a minute
             runner.rows(contender, sample, args.timeout)
         for attempt in range(args.repeat):
             count = f" ({attempt + 1}/{args.repeat})" if args.repeat > 1 else ""

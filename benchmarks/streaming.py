@@ -265,7 +265,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--interval", type=float, default=0.25, help="between fresh files, s")
     parser.add_argument("--file-events", type=int, default=200, help="events per fresh file")
     parser.add_argument("--repeats", type=int, default=3, choices=range(1, 16),
-                        help="throughput runs per store (fresh stores); the median is judged")
+                        help="throughput runs per store, each into a fresh store (Redis: "
+                             "databases 0..N-1 of the benchmark's own server, which has 16); "
+                             "the median is judged")
     parser.add_argument("--no-results", action="store_true", help="do not write RESULTS.md")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]

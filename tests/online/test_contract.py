@@ -157,22 +157,27 @@ def test_uploads_expire_the_tiles_their_records_hold(spark: Any, store_uri: str)
     users = tt.GroupBy("users", tt.EventSource(events), ["user_id"],
                        [tt.Aggregation("amount", "count", windows=["7d"])])
     join = tt.Join("online", tt.EventSource(events), [users])
-    streamed = pa.table({"user_id": [1], "ts": [DAY_END + HOUR_MS], "amount": [2.0]})
+    # key 2's event reaches only the stream: no upload ever rewrites its record, so a fetcher
+    # reads it from the tiles since the day end of the metadata it holds
+    streamed = pa.table({"user_id": [2], "ts": [DAY_END + HOUR_MS], "amount": [2.0]})
     upload(users, spark, DS, store_uri)
     with open_store(store_uri) as store:
         put_events(store, users, streamed, "b1")
-        stale = Fetcher(join, store)  # keeps the metadata of DS until refreshed
+        behind = Fetcher(join, store)  # keeps the metadata of DS until refreshed
 
         def tiles() -> int:
-            return len(store.get_tiles(tile_table("users"), [encode_key([1], ["int"])],
+            return len(store.get_tiles(tile_table("users"), [encode_key([2], ["int"])],
                                        -(1 << 62), 1 << 62)[0])
 
-        upload(users, spark, "2024-01-03", store_uri)  # a fetcher one upload behind still
-        assert tiles() == 1                            # reads the tiles since DS's end
-        assert stale.fetch([{"user_id": 1}], at=DAY_END + DAY_MS + HOUR_MS)[0].features == {
-            "users_amount_count_7d": 1}
-        upload(users, spark, "2024-01-04", store_uri)
+        def count(fetcher: Fetcher) -> int:
+            result = fetcher.fetch([{"user_id": 2}], at=DAY_END + 2 * DAY_MS + HOUR_MS)[0]
+            return int(result.features["users_amount_count_7d"])
+
+        upload(users, spark, "2024-01-04", store_uri)  # a day skipped: the tiles since the
+        assert tiles() == 1                            # previous upload's day end stay
+        assert count(behind) == 1
+        with pytest.raises(tt.DefinitionError, match=r"ds: the store holds it as of 2024-01-05"):
+            upload(users, spark, DS, store_uri)  # older than the stored upload
+        upload(users, spark, "2024-01-05", store_uri)
         assert tiles() == 0
-        fresh = Fetcher(join, store)
-        assert fresh.fetch([{"user_id": 1}], at=DAY_END + 2 * DAY_MS + HOUR_MS)[0].features == {
-            "users_amount_count_7d": 1}
+        assert count(Fetcher(join, store)) == 0  # as offline, whose source never had it

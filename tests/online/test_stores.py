@@ -158,7 +158,7 @@ def test_expiry_of_tiles(store: KVStore) -> None:
 def test_tiles_match_a_brute_force_oracle(store: KVStore) -> None:
     rng = random.Random(42)
     model: dict[tuple[bytes, int, bytes], bytes] = {}
-    keys = [b"a", b"ab", b"b", b"\x00"]
+    keys = [b"a", b"ab", b"b", b"\x00", b"a\xff", b"\xff"]  # \xff: no next prefix
     for _ in range(30):
         batch = [(rng.choice(keys), rng.randrange(-50, 50), rng.choice([b"", b"m", b"n"]),
                   rng.randbytes(rng.randrange(4))) for _ in range(rng.randrange(1, 20))]

@@ -235,7 +235,6 @@ class Fetcher:
             for feature, state in zip(served.features, states, strict=True):
                 result.features[prefix + feature.name] = feature.aggregator.finalize(state)
 
-
     def _entity_part(self, served: _Served, records: Sequence[bytes | None],
                      tiles: Sequence[Sequence[Tile]], *, when: int, prefix: str,
                      results: list[FetchResult]) -> None:

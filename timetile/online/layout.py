@@ -101,10 +101,13 @@ class GroupByMeta:
 
         """
         fields = decode_versioned(data, _META_VERSION, 7, "timetile upload metadata",
-                                       "re-run upload")
+                                  "re-run upload")
         day_end, slack, keys, values, signature, row_columns, row_types = fields
-        return cls(day_end, slack, tuple(keys), dict(values), signature, tuple(row_columns),
-                   tuple(row_types))
+        try:
+            return cls(day_end, slack, tuple(keys), dict(values), signature,
+                       tuple(row_columns), tuple(row_types))
+        except (TypeError, ValueError):
+            raise ValueError("malformed timetile upload metadata. Fix: re-run upload") from None
 
 
 def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[OnlineFeature, ...]:

@@ -30,7 +30,7 @@ import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -185,38 +185,29 @@ class RedisStore(KVStore):
     def expire_tiles(self, table: str, before: int) -> int:
         """Delete the tile entries that start before ``before``.
 
-        ``SCAN`` finds the table's keys, 500 at a time; per batch one pipeline of
-        ``ZRANGEBYSCORE`` and one of ``HDEL`` + ``ZREM``. O(entries of the table).
+        ``SCAN`` walks the database's key names for the table's sorted sets (O(keys in the
+        database): Redis has no index by prefix), 500 at a time; per batch one pipeline of
+        ``ZRANGEBYSCORE``, then one of ``ZREM`` + ``HDEL``. The index entry goes first: a
+        value whose index entry is gone is never read, and one rewritten meanwhile keeps its
+        index entry for the next expiry.
         """
         hashes = self._name(table, b":t:", b"")
         zsets = self._name(table, b":z:", b"")
         removed = 0
+        seen: set[bytes] = set()  # SCAN may return a name twice
         with self._guard() as client:
             batch: list[bytes] = []
             for name in client.scan_iter(match=zsets + b"*", count=500):
+                if name in seen:
+                    continue
+                seen.add(name)
                 batch.append(name)
                 if len(batch) >= 500:
-                    removed += self._expire(client, batch, hashes, zsets, before)
+                    removed += _expire_batch(client, batch, hashes, zsets, before)
                     batch = []
             if batch:
-                removed += self._expire(client, batch, hashes, zsets, before)
+                removed += _expire_batch(client, batch, hashes, zsets, before)
         return removed
-
-    @staticmethod
-    def _expire(client: Any, names: list[bytes], hashes: bytes, zsets: bytes,
-                before: int) -> int:
-        pipe = client.pipeline(transaction=False)
-        for name in names:
-            pipe.zrangebyscore(name, "-inf", before)
-        found = [[field for field in fields if int.from_bytes(field[:8], "big") - _SIGN < before]
-                 for fields in pipe.execute()]
-        pipe = client.pipeline(transaction=False)
-        for name, fields in zip(names, found, strict=True):
-            if fields:
-                pipe.hdel(hashes + name[len(zsets):], *fields)
-                pipe.zrem(name, *fields)
-        pipe.execute()
-        return sum(map(len, found))
 
     def ping(self) -> None:
         """Raise :class:`~timetile.online.store.StoreUnavailable` unless the server answers."""
@@ -237,3 +228,20 @@ class RedisStore(KVStore):
         if pool is not None:
             self._client.close()
             pool.disconnect()
+
+
+def _expire_batch(client: redis.Redis, names: list[bytes], hashes: bytes, zsets: bytes,
+                  before: int) -> int:
+    """Expire the entries before ``before`` of the sorted sets ``names``; return how many."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.zrangebyscore(name, "-inf", before)
+    found = [[field for field in fields if int.from_bytes(field[:8], "big") - _SIGN < before]
+             for fields in pipe.execute()]
+    pipe = client.pipeline(transaction=False)
+    for name, fields in zip(names, found, strict=True):
+        if fields:
+            pipe.zrem(name, *fields)
+            pipe.hdel(hashes + name[len(zsets):], *fields)
+    pipe.execute()
+    return sum(map(len, found))

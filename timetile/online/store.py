@@ -60,8 +60,9 @@ class KVStore(ABC):
     def expire_tiles(self, table: str, before: int) -> int:
         """Delete every tile entry of ``table`` whose tile start is before ``before``.
 
-        Returns how many entries went. O(entries of the table): LMDB scans it in one write
-        transaction; Redis scans its keys and deletes in pipelines.
+        Returns how many entries went. LMDB: one write transaction, O(keys · log n +
+        deleted); Redis: ``SCAN`` of the database's key names, then pipelines, O(keys in the
+        database + deleted).
         """
 
     @abstractmethod

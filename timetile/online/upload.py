@@ -5,9 +5,11 @@ any window can still reach are shuffled by key, and each key's record
 (:mod:`timetile.core.batch_record`) is built and written **by the executors**, in batches of
 ``multi_put``: nothing but two counts comes back to the driver. The driver then writes the
 GroupBy's metadata, which fetchers read, and expires the streamed tiles from before the
-previous day's end (:meth:`~timetile.online.store.KVStore.expire_tiles`): the records hold
-their events. Re-running for the same ``ds`` rewrites the same records: an upload never
-double counts.
+previous upload's day end and the end of the day before ``ds``, whichever is earlier
+(:meth:`~timetile.online.store.KVStore.expire_tiles`): the records hold their events, and a
+fetcher one upload behind still finds its tiles. Re-running for the same ``ds`` rewrites the
+same records: an upload never double counts; a ``ds`` older than the stored upload is
+refused (its records would need expired tiles).
 
 For an entity source the record of a key is its rows in the snapshot partition of ``ds``
 (:mod:`timetile.online.entity_records`); the mutations after it come from the stream.
@@ -219,9 +221,9 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
 
     Raises:
         DefinitionError: the GroupBy does not fit its source's schema, has keys (or row
-            columns) of a type online records cannot hold, ``ds`` has not ended or its
-            snapshot is missing, or an embedded store is given to executors that may run on
-            other machines.
+            columns) of a type online records cannot hold, ``ds`` has not ended, is older
+            than the stored upload, or its snapshot is missing, or an embedded store is given
+            to executors that may run on other machines.
 
     """
     day_end = date_to_ms(ds) + DAY_MS
@@ -230,6 +232,13 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
             f"GroupBy {group_by.name!r}", "ds", f"{ds} has not ended yet (UTC), so its rows "
             "are not all there", "upload a day that has ended; the stream covers today")
     _check_store(spark, store_uri)
+    previous = _previous_day_end(store_uri, group_by)
+    if previous is not None and previous > day_end:
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", "ds", f"the store holds it as of {ms_to_iso(previous)}, "
+            f"after {ds}: the streamed tiles an older day's records need are expired",
+            f"upload {ms_to_iso(previous - DAY_MS)[:10]} or later; rebuild an older day in a "
+            "fresh store")
     rows = _source_rows(spark, group_by, ds, field)
     schema = rows.schema
     problems = group_by_problems(group_by, schema, f"{field}.")
@@ -274,12 +283,10 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
                    .first())
     with open_store(store_uri) as store:  # after the records: a fetcher never sees a new
         store.multi_put(META_TABLE, [(group_by.name.encode(), meta.to_bytes())])  # day early
-        # The records hold everything before day_end; a fetcher that has not yet re-read the
-        # metadata reads tiles from the previous upload's day end on: keep those.
-        expired = store.expire_tiles(tile_table(group_by.name), day_end - DAY_MS)
-    if expired:
-        log.info("%s: expired %s tile entries from before %s", group_by.name,
-                 f"{expired:,}", ms_to_iso(day_end - DAY_MS))
+    # The records hold everything before day_end; a fetcher that has not yet re-read the
+    # metadata reads tiles from the previous upload's day end on: keep those.
+    _expire_tiles(store_uri, group_by.name,
+                  min(day_end - DAY_MS, day_end if previous is None else previous))
     keys, size = int(totals["records"] or 0), int(totals["bytes"] or 0)
     log.info("uploaded %s: %s keys, %s bytes as of %s", group_by.name, f"{keys:,}",
              f"{size:,}", ds)
@@ -289,6 +296,30 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
         log.warning("%s: %s rows left out of the upload (a null key, or an event's null time)",
                     group_by.name, f"{left_out:,}")
     return keys, size, left_out
+
+
+def _previous_day_end(store_uri: str, group_by: GroupBy) -> int | None:
+    """Return the day end of the GroupBy's last upload to the store (None if none)."""
+    with open_store(store_uri) as store:
+        data = store.multi_get(META_TABLE, [group_by.name.encode()])[0]
+    try:
+        return None if data is None else GroupByMeta.from_bytes(data).day_end
+    except ValueError:  # metadata of another version: the upload rewrites it
+        return None
+
+
+def _expire_tiles(store_uri: str, name: str, before: int) -> None:
+    """Delete the GroupBy's tiles from before ``before``; housekeeping, so a failure warns."""
+    try:
+        with open_store(store_uri) as store:
+            expired = store.expire_tiles(tile_table(name), before)
+    except Exception as error:  # any: the upload itself is done
+        log.warning("%s: the tiles before %s were not expired (%s); the next upload retries",
+                    name, ms_to_iso(before), error)
+        return
+    if expired:
+        log.info("%s: expired %s tile entries from before %s", name, f"{expired:,}",
+                 ms_to_iso(before))
 
 
 def _check_store(spark: SparkSession, store_uri: str) -> None:

@@ -106,7 +106,7 @@ class StreamState:
 
         """
         fields = decode_versioned(data, _VERSION, 6, "a timetile stream record",
-                                       "start the stream with a fresh checkpoint and store")
+                                  "start the stream with a fresh checkpoint and store")
         query_id, batch, watermark, max_time, before, counts = fields
         return cls(query_id, batch, watermark, max_time, StreamCounts(*before),
                    StreamCounts(*counts))

@@ -107,8 +107,9 @@ def decode_versioned(data: bytes, version: int, fields: int, what: str,
     ('a', 7)
 
     Raises:
-        ValueError: the bytes are malformed, or not ``fields`` fields led by ``version``:
-            "not {what} of version {version}. Fix: {fix}".
+        ValueError: "not {what} of version {version}. Fix: {fix}" when the bytes decode to
+            anything but ``fields`` fields led by ``version``; :func:`decode`'s own message
+            ("state bytes: ...") when they do not decode at all.
 
     """
     decoded = decode(data)
