@@ -7,6 +7,8 @@ import os
 import platform
 import re
 import subprocess
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -163,3 +165,15 @@ def write_section(path: Path, heading: str, body: Sequence[str]) -> None:
     else:
         text = text.rstrip() + "\n\n" + section
     path.write_text(text)
+
+
+def verdict(goal: str, met: bool, measured: str) -> str:
+    """Return one goal's line: ``- {goal}: MET ({measured})`` or ``NOT MET``."""
+    return f"- {goal}: {'MET' if met else 'NOT MET'} ({measured})"
+
+
+def run_lines(script: str, argv: Sequence[str] | None) -> list[str]:
+    """Return a section's first lines: when it ran, and the command that reruns it."""
+    args = list(argv or sys.argv[1:])
+    return [f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+            f"- command: `{' '.join([f'python benchmarks/{script}', *args])}`"]

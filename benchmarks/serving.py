@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _report import write_section
+from _report import run_lines, verdict, write_section
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, date_to_ms
@@ -236,16 +236,15 @@ def main(argv: list[str] | None = None) -> None:
     embedded_p99 = float(lines[2].split("|")[3])
     open_loop_p99 = float(lines[-1].split("|")[3])
     verdicts = [
-        f"- in-process p99 <= 1 ms on the embedded store: "
-        f"{'MET' if embedded_p99 <= 1 else 'NOT MET'} ({embedded_p99:.2f} ms)",
-        f"- HTTP p99 <= 10 ms at 200 requests/s: "
-        f"{'MET' if open_loop_p99 <= 10 else 'NOT MET'} ({open_loop_p99:.2f} ms)",
+        verdict("in-process p99 <= 1 ms on the embedded store", embedded_p99 <= 1,
+                f"{embedded_p99:.2f} ms"),
+        verdict("HTTP p99 <= 10 ms at 200 requests/s", open_loop_p99 <= 10,
+                f"{open_loop_p99:.2f} ms"),
     ]
     print(*verdicts, sep="\n")
     if not args.no_results:
         write_section(RESULTS, "serving", [
-            f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-            f"- command: `{' '.join(['python benchmarks/serving.py', *(argv or sys.argv[1:])])}`",
+            *run_lines("serving.py", argv),
             f"- data: 3 GroupBys × 10 features, {args.events:,} events each over {args.keys:,} "
             "Zipf-skewed keys; day D uploaded, half of D+1 streamed as tiles",
             f"- load average (1 min) after: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "

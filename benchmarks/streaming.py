@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _report import write_section
+from _report import run_lines, verdict, write_section
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
@@ -295,16 +295,15 @@ def main(argv: list[str] | None = None) -> None:
     verdicts = []
     for label, rate in rates.items():
         verdicts += [
-            f"- {label}: at least 50,000 events/s on these {os.cpu_count()} cores: "
-            f"{'MET' if rate >= 50_000 else 'NOT MET'} ({rate:,.0f} events/s)",
-            f"- {label}: freshness p99 under 2 s with a {args.trigger * 1000:.0f} ms trigger: "
-            f"{'MET' if p99s[label] < 2 else 'NOT MET'} ({p99s[label]:.2f} s)",
+            verdict(f"{label}: at least 50,000 events/s on these {os.cpu_count()} cores",
+                    rate >= 50_000, f"{rate:,.0f} events/s"),
+            verdict(f"{label}: freshness p99 under 2 s with a {args.trigger * 1000:.0f} ms "
+                    "trigger", p99s[label] < 2, f"{p99s[label]:.2f} s"),
         ]
     print(*verdicts, sep="\n")
     if not args.no_results:
         write_section(RESULTS, "streaming", [
-            f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-            f"- command: `{' '.join(['python benchmarks/streaming.py', *(argv or sys.argv[1:])])}`",
+            *run_lines("streaming.py", argv),
             f"- data: 1 GroupBy × 8 features over {args.keys:,} Zipf-skewed keys; "
             f"{args.history:,} events uploaded (day D), {args.events:,} events of D+1 as "
             f"{args.files} JSON-lines files, {args.per_trigger} files per micro-batch",
