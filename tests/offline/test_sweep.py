@@ -88,3 +88,32 @@ def test_left_rows_ride_through_two_sweeps_unchanged(spark: Any) -> None:
     bad = [(column, a, b) for a, b in zip(mine, oracle, strict=True) for column in ours.columns
            if not same_value(a[column], b[column])]
     assert not bad, bad[:5]
+
+
+def test_left_columns_of_other_types_ride_through_unchanged(spark: Any) -> None:
+    """The sweep sends a left key of the events' key type and a millisecond time column
+    once, as its own key and time; a key of another type and a timestamp time are copied
+    instead. Either way every left column comes back with its type and values."""
+    table = random_events(300, 8, seed=51, days=2)
+    events = to_spark(spark, table)
+    queries = to_spark(spark, random_queries(table, 60, seed=52))
+    left = (queries.withColumn("guest_id", F.col("user_id").cast("int"))
+            .withColumn("ts", F.timestamp_millis("ts")))
+    spend = tt.GroupBy("spend", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", op, windows=["1d"]) for op in ("sum", "max")])
+    join = tt.Join("types", tt.EventSource(left), [
+        tt.JoinPart(spend, prefix="guest", key_mapping={"guest_id": "user_id"}),
+        tt.JoinPart(spend, prefix="user")])
+    job = tt.BackfillJob(join, spark)
+    ours = job.dataframe()
+    assert job.report.path == "spend: sweep, spend: sweep"
+    theirs = naive_backfill(join, spark)
+    assert ours.schema == theirs.schema
+    assert ours.schema["guest_id"].dataType == left.schema["guest_id"].dataType
+    order = ["user_id", "ts", "label"]
+    mine, oracle = ours.orderBy(*order).collect(), theirs.orderBy(*order).collect()
+    assert len(mine) == len(oracle) == 60
+    assert any(row["ts"] is None for row in mine)
+    bad = [(column, a, b) for a, b in zip(mine, oracle, strict=True) for column in ours.columns
+           if not same_value(a[column], b[column])]
+    assert not bad, bad[:5]

@@ -14,9 +14,11 @@ from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.api.join import Join
+from timetile.api.sources import EventSource
 from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
 from timetile.offline.derivations import apply_derivations, check_plan
 from timetile.offline.entities import DAY
@@ -63,8 +65,8 @@ class BackfillJob:
     """A backfill, planned and checked on construction, run by :meth:`dataframe`.
 
     Construction loads the sources lazily, checks the definition against their schemas and
-    counts, in one cheap aggregate per source, the rows that cannot be used. It raises before
-    any feature work starts.
+    counts, in one Spark job over every source, the rows that cannot be used. It raises
+    before any feature work starts.
 
     Args:
         join: the definition.
@@ -219,14 +221,42 @@ class BackfillJob:
         One shuffle instead of three (distinct queries, sweep, join back): the rows ride
         through unchanged, duplicates included. Rows without a time skip the sweep and come
         back with null features when ``carry_untimed``.
+
+        A left column the sweep carries anyway is not sent twice: a key column of the
+        events' key type travels as the part's key, and a time column of epoch
+        milliseconds as :data:`TIME`; both are restored, unchanged, afterwards.
         """
-        timed = rows.where(F.col(TIME).isNotNull()).withColumns({
-            key: F.col(left_key)
-            for left_key, key in zip(part.part.left_keys, part.keys, strict=True)})
-        swept = sweep_features(part, timed, self.options).drop(*part.keys)
+        timed = rows.where(F.col(TIME).isNotNull())
+        shared_keys: dict[str, str] = {}  # left column → the part key that carries it
+        copies: dict[str, str] = {}  # part key → the left column it copies
+        for left_key, key in zip(part.part.left_keys, part.keys, strict=True):
+            if (left_key not in shared_keys
+                    and timed.schema[left_key].dataType == part.events.schema[key].dataType):
+                shared_keys[left_key] = key
+            else:
+                copies[key] = left_key
+        timed = timed.withColumns({key: F.col(left) for key, left in copies.items()})
+        timed = timed.withColumnsRenamed(shared_keys)
+        time_column = self._left_millis_column()
+        if time_column is not None:
+            timed = timed.drop(time_column)
+        swept = (sweep_features(part, timed, self.options)
+                 .drop(*copies)
+                 .withColumnsRenamed({key: left for left, key in shared_keys.items()}))
+        if time_column is not None:
+            swept = swept.withColumn(time_column, F.col(TIME))
         if not carry_untimed:
             return swept
         return swept.unionByName(rows.where(F.col(TIME).isNull()), allowMissingColumns=True)
+
+    def _left_millis_column(self) -> str | None:
+        """Return the left's time column if it holds epoch milliseconds (so equals TIME)."""
+        source = self.join.left
+        if not isinstance(source, EventSource):
+            return None
+        column = source.time_column
+        fields = {f.name: f.dataType for f in self.plan.left.schema.fields}
+        return column if isinstance(fields.get(column), T.LongType) else None
 
     @staticmethod
     def _joined(features: DataFrame, part: AnyPartPlan, rows: DataFrame, tag: int) -> DataFrame:
@@ -278,20 +308,30 @@ def _time_range(start: str | None, end: str | None) -> tuple[int, int] | None:
 
 
 def _count_sources(plan: BackfillPlan) -> list[SourceCounts]:
-    counts = []
-    for source in plan.counted:
+    """Count every source's rows, and those it cannot use, in one Spark job.
+
+    One aggregate row per source, tagged with its index and unioned, so that the sources
+    are scanned side by side instead of one job (and its scheduling) after another.
+    """
+    sources = plan.counted
+    tallies = []
+    for index, source in enumerate(sources):
         no_key = F.lit(False)
         for key in source.keys:
             no_key |= F.col(key).isNull()
-        row = source.frame.agg(
+        tallies.append(source.frame.agg(
+            F.lit(index).alias("source"),
             F.count(F.lit(1)).alias("rows"),
             F.count_if(~source.placed).alias("without_time"),
             F.count_if(source.placed & no_key).alias("without_key"),
-        ).first()
-        assert row is not None
-        counts.append(SourceCounts(source.role, source.label, row["rows"],
-                                   row["without_time"], row["without_key"], source.time))
-    return counts
+        ))
+    union = tallies[0]
+    for tally in tallies[1:]:
+        union = union.unionByName(tally)
+    rows = {row["source"]: row for row in union.collect()}  # one small row per source
+    return [SourceCounts(source.role, source.label, rows[index]["rows"],
+                         rows[index]["without_time"], rows[index]["without_key"], source.time)
+            for index, source in enumerate(sources)]
 
 
 def backfill(
