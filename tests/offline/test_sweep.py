@@ -117,3 +117,29 @@ def test_left_columns_of_other_types_ride_through_unchanged(spark: Any) -> None:
     bad = [(column, a, b) for a, b in zip(mine, oracle, strict=True) for column in ours.columns
            if not same_value(a[column], b[column])]
     assert not bad, bad[:5]
+
+
+def test_events_without_values_add_nothing_and_are_no_queries(spark: Any) -> None:
+    """The sweep tells queries from events by their values: an event whose every read
+    column is null must neither count nor come back as a row, wherever it sits."""
+    events = spark.createDataFrame(
+        [(1, 10, None, None), (1, 20, 2.0, None), (1, 30, None, "a"), (1, 40, None, None),
+         (2, 10, None, None), (2, 25, None, None), (3, 5, float("nan"), None)],
+        "user_id long, ts long, amount double, item string")
+    queries = spark.createDataFrame(
+        [(1, 10), (1, 20), (1, 40), (1, 41), (2, 25), (2, 26), (3, 6), (4, 1)],
+        "user_id long, ts long")
+    group_by = tt.GroupBy("s", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", op, windows=["1d"]) for op in ("count", "sum", "max")]
+        + [tt.Aggregation("item", "count")])
+    join = tt.Join("nulls", tt.EventSource(queries), [group_by])
+    job = tt.BackfillJob(join, spark)
+    ours = job.dataframe().orderBy("user_id", "ts").collect()
+    assert job.report.path == "s: sweep"
+    theirs = naive_backfill(join, spark).orderBy("user_id", "ts").collect()
+    assert len(ours) == len(theirs) == 8
+    bad = [(column, a, b) for a, b in zip(ours, theirs, strict=True)
+           for column in join.output_columns() if not same_value(a[column], b[column])]
+    assert not bad, bad
+    counts = {(row["user_id"], row["ts"]): row["s_amount_count_1d"] for row in ours}
+    assert (counts[(1, 41)], counts[(2, 26)], counts[(3, 6)]) == (1, 0, 1)

@@ -38,8 +38,6 @@ from timetile.offline.reference_executor import feature_fields
 from timetile.offline.sorted_groups import group_starts, whole_groups
 from timetile.offline.sources import TIME
 
-KIND = "_tt_kind"  # 0 on query rows, 1 on event rows
-
 #: The ops the sweep computes, and the column types each accepts.
 SWEEP_OPS: dict[str, frozenset[ValueType]] = {
     "count": frozenset(ValueType),
@@ -118,6 +116,7 @@ class SweepPass:
         self.features: tuple[Feature, ...] = plan.features
         self.carried = carried
         self.schema = schema
+        self.value_columns = [value_column(name) for name in _read_columns(plan)]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield the features of the queries of each table of whole keys."""
@@ -129,7 +128,9 @@ class SweepPass:
         table = table.take(pc.sort_indices(table, sort_keys=order))
         starts = group_starts(table, self.keys)
         group_of_row = np.repeat(np.arange(len(starts)), np.diff([*starts, table.num_rows]))
-        is_query = table.column(KIND).to_numpy(zero_copy_only=False) == 0
+        is_query = np.ones(table.num_rows, dtype=bool)  # a query has no value at all
+        for name in self.value_columns:
+            is_query &= pc.is_null(table.column(name)).to_numpy(zero_copy_only=False)
         queries = table.filter(pa.array(is_query))
         events = table.filter(pa.array(~is_query))
         query_offsets = _offsets(group_of_row[is_query], len(starts))
@@ -152,6 +153,11 @@ class SweepPass:
                     low_times.astype(np.int64), high_times.astype(np.int64))
             arrays.append(_result(feature, column, runs[(name, feature.window)], query_offsets))
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+
+def _read_columns(plan: PartPlan) -> list[str]:
+    """Return the event columns the features read, each once: the values the sweep sends."""
+    return sorted({feature.aggregation.column for feature in plan.features})
 
 
 def value_column(column: str) -> str:
@@ -179,15 +185,20 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     spark = queries.sparkSession
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     events_schema = plan.events.schema
-    values = [c for c in plan.events.columns if c not in (*keys, TIME)]
+    values = _read_columns(plan)
     carried = queries.columns
     riders = [c for c in carried if c not in (*keys, TIME)]
-    kind = F.lit(1).cast("byte").alias(KIND)
-    events = plan.events.select(
-        *keys, TIME, kind, *[F.col(c).alias(value_column(c)) for c in values],
+    # An event without any value adds to no feature (each op reads its column's non-null
+    # values), so it stays behind; then a row without values is a query, and the union
+    # needs no column to tell them apart.
+    contributes = F.lit(False)
+    for column in values:
+        contributes |= F.col(column).isNotNull()
+    events = plan.events.where(contributes).select(
+        *keys, TIME, *[F.col(c).alias(value_column(c)) for c in values],
         *[F.lit(None).cast(queries.schema[c].dataType).alias(c) for c in riders])
     asked = queries.select(
-        *keys, TIME, F.lit(0).cast("byte").alias(KIND),
+        *keys, TIME,
         *[F.lit(None).cast(events_schema[c].dataType).alias(value_column(c)) for c in values],
         *riders)
     schema = T.StructType([*queries.schema.fields, *feature_fields(plan.features)])
