@@ -116,7 +116,7 @@ class SweepPass:
         self.features: tuple[Feature, ...] = plan.features
         self.carried = carried
         self.schema = schema
-        self.value_columns = [value_column(name) for name in _read_columns(plan)]
+        self.value_columns = [value_column(name) for name in _feature_columns(plan)]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield the features of the queries of each table of whole keys."""
@@ -155,7 +155,7 @@ class SweepPass:
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
-def _read_columns(plan: PartPlan) -> list[str]:
+def _feature_columns(plan: PartPlan) -> list[str]:
     """Return the event columns the features read, each once: the values the sweep sends."""
     return sorted({feature.aggregation.column for feature in plan.features})
 
@@ -185,7 +185,7 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     spark = queries.sparkSession
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     events_schema = plan.events.schema
-    values = _read_columns(plan)
+    values = _feature_columns(plan)
     carried = queries.columns
     riders = [c for c in carried if c not in (*keys, TIME)]
     # An event without any value adds to no feature (each op reads its column's non-null
