@@ -60,3 +60,19 @@ def test_string_times_need_a_utc_session(spark: Any) -> None:
     row = tt.backfill(tt.Join("m", tt.EventSource(queries), [group_by]), spark).first()
     assert row is not None
     assert row["g_amount_sum_1d"] == 1.0
+
+
+def test_every_source_is_counted_apart(spark: Any) -> None:
+    """One job counts all sources: each row of the report must still be its own source's."""
+    left = spark.createDataFrame([(1, 10), (2, None), (None, 30)], "user_id long, ts long")
+    views = spark.createDataFrame([(1, 5, 1.0), (1, None, 2.0), (None, 7, 3.0), (2, 8, 4.0)],
+                                  "user_id long, ts long, amount double")
+    clicks = spark.createDataFrame([(1, None, 1.0), (1, None, 1.0), (None, None, 1.0)],
+                                   "user_id long, ts long, amount double")
+    parts = [tt.GroupBy(name, tt.EventSource(frame), ["user_id"],
+                        [tt.Aggregation("amount", "sum", windows=["1d"])])
+             for name, frame in (("views", views), ("clicks", clicks))]
+    job = tt.BackfillJob(tt.Join("counted", tt.EventSource(left), parts), spark)
+    counts = {source.role: (source.rows, source.without_time, source.without_key)
+              for source in job.report.sources}
+    assert counts == {"left": (3, 1, 0), "views": (4, 1, 1), "clicks": (3, 3, 0)}

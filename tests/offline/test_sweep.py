@@ -79,6 +79,7 @@ def test_left_rows_ride_through_two_sweeps_unchanged(spark: Any) -> None:
     assert job.report.path == "spend: sweep, spend: sweep"
     theirs = naive_backfill(join, spark)
     assert ours.columns == theirs.columns == [*left.columns, *join.output_columns()]
+    assert ours.schema == theirs.schema  # the shared key and time come back as they were
     order = ["guest_id", "ts", "label"]
     mine, oracle = ours.orderBy(*order).collect(), theirs.orderBy(*order).collect()
     assert len(mine) == len(oracle) == 80

@@ -38,7 +38,9 @@ from timetile.offline.reference_executor import feature_fields
 from timetile.offline.sorted_groups import group_starts, whole_groups
 from timetile.offline.sources import TIME
 
-#: The ops the sweep computes, and the column types each accepts.
+#: The ops the sweep computes, and the column types each accepts. Each reads only the non-null
+#: values of its column: the sweep leaves events without values behind and takes a row
+#: without values for a query, so an op that counted null rows could not join this list.
 SWEEP_OPS: dict[str, frozenset[ValueType]] = {
     "count": frozenset(ValueType),
     "sum": frozenset({ValueType.INT, ValueType.FLOAT}),
