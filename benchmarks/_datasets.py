@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -158,3 +159,18 @@ def ensure(spark: SparkSession, name: str, scale: float, cache: Path,
         f"{meta['top_key_share_queries'] * 100:.3g}% of queries")
     return Dataset(spec, scale, events, queries, meta)
 
+
+def zipf_events(n: int, keys: int, seed: int, since: int, until: int) -> pa.Table:
+    """``n`` Zipf-skewed events over ``[since, until)`` in time order, for the online benchmarks.
+
+    Columns: ``user_id`` (1..``keys``, exponent 1.2), ``ts`` (epoch ms), ``amount``, ``item``.
+    """
+    rng = np.random.default_rng(seed)
+    ranks = rng.zipf(1.2, n * 3)
+    users = ranks[ranks <= keys][:n]
+    return pa.table({
+        "user_id": users.astype(np.int64),
+        "ts": np.sort(rng.integers(since, until, len(users))).astype(np.int64),
+        "amount": np.round(rng.exponential(30.0, len(users)), 2),
+        "item": rng.integers(0, 5_000, len(users)).astype(np.int64),
+    })

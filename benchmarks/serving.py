@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _datasets import zipf_events
 from _report import run_lines, verdict, write_section
 
 import timetile as tt
@@ -54,19 +55,6 @@ DS = "2024-01-07"
 START = date_to_ms("2024-01-01")
 DAY_END = date_to_ms(DS) + DAY_MS
 RESULTS = Path(__file__).parent / "RESULTS.md"
-
-
-def events_table(n: int, keys: int, seed: int, until: int) -> pa.Table:
-    """Zipf-skewed events over [START, until): user_id, ts, amount, item."""
-    rng = np.random.default_rng(seed)
-    ranks = rng.zipf(1.2, n * 2)
-    users = ranks[ranks <= keys][:n]
-    return pa.table({
-        "user_id": users.astype(np.int64),
-        "ts": np.sort(rng.integers(START, until, len(users))).astype(np.int64),
-        "amount": np.round(rng.exponential(30.0, len(users)), 2),
-        "item": rng.integers(0, 5_000, len(users)).astype(np.int64),
-    })
 
 
 def definitions(sources: list[Any]) -> tt.Join:
@@ -212,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-results", action="store_true", help="do not write RESULTS.md")
     args = parser.parse_args(argv)
     spark = local_session("timetile-serving-bench", shuffle_partitions=4)
-    tables = [events_table(args.events, args.keys, seed, DAY_END + DAY_MS)
+    tables = [zipf_events(args.events, args.keys, seed, START, DAY_END + DAY_MS)
               for seed in (1, 2, 3)]
     lines = ["| what | p50 (ms) | p99 (ms) | mean (ms) or requests/s |", "|---|---:|---:|---:|"]
     with tempfile.TemporaryDirectory() as scratch, RedisServer() as redis:

@@ -35,12 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _datasets import zipf_events
 from _report import run_lines, verdict, write_section
 
 import timetile as tt
@@ -59,19 +59,6 @@ DAY_END = date_to_ms(DS) + DAY_MS
 STREAMED_UNTIL = DAY_END + 20 * HOUR_MS  # the throughput events; the fresh ones come after
 PROBE_KEY = 10_000_000  # + file index: the key of each fresh file's newest event
 RESULTS = Path(__file__).parent / "RESULTS.md"
-
-
-def events_table(n: int, keys: int, seed: int, since: int, until: int) -> pa.Table:
-    """Zipf-skewed events over [since, until), in time order: user_id, ts, amount, item."""
-    rng = np.random.default_rng(seed)
-    ranks = rng.zipf(1.2, n * 3)
-    users = ranks[ranks <= keys][:n]
-    return pa.table({
-        "user_id": users.astype(np.int64),
-        "ts": np.sort(rng.integers(since, until, len(users))).astype(np.int64),
-        "amount": np.round(rng.exponential(30.0, len(users)), 2),
-        "item": rng.integers(0, 5_000, len(users)).astype(np.int64),
-    })
 
 
 def definition(source: str) -> tt.GroupBy:
@@ -140,7 +127,7 @@ def fresh_file(index: int, events: int, keys: int) -> tuple[str, int]:
     """Fresh file ``index``: ``events`` events in its own minute after STREAMED_UNTIL, the
     newest of a probe key. Return its text and the time to fetch the probe at."""
     since = STREAMED_UNTIL + index * 60_000
-    table = events_table(events, keys, 1_000 + index, since, since + 59_000)
+    table = zipf_events(events, keys, 1_000 + index, since, since + 59_000)
     probe = pa.table({"user_id": [PROBE_KEY + index], "ts": [since + 59_500],
                       "amount": [1.0], "item": [1]})
     return json_lines(table) + json_lines(probe), since + 59_501
@@ -272,8 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     spark = local_session("timetile-streaming-bench", shuffle_partitions=2)
-    history = events_table(args.history, args.keys, 1, START, DAY_END)
-    streamed = events_table(args.events, args.keys, 2, DAY_END, STREAMED_UNTIL)
+    history = zipf_events(args.history, args.keys, 1, START, DAY_END)
+    streamed = zipf_events(args.events, args.keys, 2, DAY_END, STREAMED_UNTIL)
     lines = ["| store | events | batches | events/s (median) | each run | freshness p50 (s) | "
              "freshness p99 (s) | files (seen) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     rates: dict[str, float] = {}
