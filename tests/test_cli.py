@@ -161,6 +161,14 @@ def backfill_args(defs: Path, tmp_path: Path, *extra: str) -> list[str]:
             "--output", str(tmp_path / "out"), *extra]
 
 
+def test_max_key_events_must_be_positive(runner: CliRunner, data: Paths,
+                                        tmp_path: Path) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    stderr = error_of(runner, backfill_args(defs, tmp_path, "--max-key-events", "0"))
+    assert "--max-key-events" in stderr
+    assert "greater than or equal to 1" in stderr
+
+
 def test_missing_file(runner: CliRunner, tmp_path: Path) -> None:
     stderr = error_of(runner, backfill_args(tmp_path / "nope.py", tmp_path))
     assert "nope.py does not exist" in stderr

@@ -47,6 +47,7 @@ from timetile.cli_render import print_features, print_report, print_rows, print_
 from timetile.core.timeutil import ms_to_iso
 from timetile.demo_serving import DemoFetch, serve_demo_fetch
 from timetile.offline.backfill import AUTO, DEFAULT_EXECUTOR, EXECUTORS, BackfillJob
+from timetile.offline.hot_keys import DEFAULT_MAX_KEY_EVENTS
 from timetile.offline.report import JobReport
 from timetile.progress import JobProgress
 
@@ -152,12 +153,13 @@ class BackfillResult:
 def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, start: str,
                  end: str, output: str, output_format: OutputFormat, strict: bool,
                  overwrite: bool, executor: str = DEFAULT_EXECUTOR,
-                 partials: str | None = None) -> BackfillResult:
+                 partials: str | None = None,
+                 max_key_events: int = DEFAULT_MAX_KEY_EVENTS) -> BackfillResult:
     """Plan, count and write a backfill; Spark's executors write the output."""
     began = time.perf_counter()
     with progress.stage("plan, count input"):
         job = BackfillJob(join, spark, start, end, strict=strict, executor=executor,
-                          partials_path=partials)
+                          partials_path=partials, max_key_events=max_key_events)
     with progress.stage("compute+write"), job.report.stage("compute+write"):
         writer = writable(job.dataframe(), output_format).write
         writer = writer.mode("overwrite" if overwrite else "errorifexists")
@@ -195,11 +197,15 @@ def backfill(
                                             help="Replace the output if it exists.")] = False,
     show: Annotated[int, typer.Option(help="Print the first N output rows.", min=0)] = 0,
     executor: Annotated[str, typer.Option(
-        help="auto (interval_tree for small query sets, else tiled), tiled, interval_tree "
-             "or reference.")] = DEFAULT_EXECUTOR,
+        help="auto (per part: sweep for count/sum/avg/min/max, else interval_tree for small "
+             "query sets, else tiled), sweep, tiled, interval_tree or reference.")
+    ] = DEFAULT_EXECUTOR,
     partials: Annotated[str | None, typer.Option(
         help="Store hop partials here and reuse them in later runs (incremental backfills).")
     ] = None,
+    max_key_events: Annotated[int, typer.Option(
+        help="The sweep cuts a key with more events than this into chunks of time, each in "
+             "its own task.", min=1)] = DEFAULT_MAX_KEY_EVENTS,
     debug: _Debug = False,
 ) -> None:
     """Compute point-in-time-correct features for a Join and write them.
@@ -221,7 +227,8 @@ def backfill(
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
             result = run_backfill(spark, chosen, progress, start=start, end=end, output=output,
                                   output_format=output_format, strict=strict,
-                                  overwrite=overwrite, executor=executor, partials=partials)
+                                  overwrite=overwrite, executor=executor, partials=partials,
+                                  max_key_events=max_key_events)
             rows = result.output.limit(show).collect() if show else []
         print_report(console, result.report, output, result.rows)
         if rows:

@@ -55,6 +55,26 @@ def window_interval(at: int, kind: WindowKind, length_ms: int | None,
     return start, at - at % hop_ms
 
 
+def window_reach(kind: WindowKind, length_ms: int | None, hop_ms: int | None) -> int | None:
+    """Return how far before its query a window can start (``q − start``), at most.
+
+    Every event a query at ``q`` sees lies in ``[q − reach, q)``; None for the lifetime
+    window, which reaches back forever.
+
+    >>> window_reach(WindowKind.SLIDING, 1_000, None), window_reach(WindowKind.HOPPING, 1_000, 300)
+    (1000, 1299)
+    """
+    if kind is WindowKind.LIFETIME:
+        return None
+    if length_ms is None:
+        raise ValueError(f"a {kind.value} window needs a length")
+    if kind is WindowKind.SLIDING:
+        return length_ms
+    if hop_ms is None:
+        raise ValueError(f"a {kind.value} window needs a hop")
+    return length_ms + hop_ms - 1  # the start is q − length, floored to a hop
+
+
 def window_bounds(
     query_times: npt.NDArray[np.int64],
     kind: WindowKind,

@@ -23,6 +23,12 @@ from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
 from timetile.offline.derivations import apply_derivations, check_plan
 from timetile.offline.entities import DAY
 from timetile.offline.entity_executor import entity_features, entity_output_fields
+from timetile.offline.hot_keys import (
+    DEFAULT_MAX_KEY_EVENTS,
+    KeySplit,
+    find_hot_keys,
+    part_reach,
+)
 from timetile.offline.interval_tree_executor import (
     BROADCAST_QUERY_LIMIT,
     interval_tree_features,
@@ -66,7 +72,8 @@ class BackfillJob:
 
     Construction loads the sources lazily, checks the definition against their schemas and
     counts, in one Spark job over every source, the rows that cannot be used. It raises
-    before any feature work starts.
+    before any feature work starts. It then picks each part's executor, and for a swept
+    part with more than ``max_key_events`` events, samples them for hot keys (one job).
 
     Args:
         join: the definition.
@@ -78,6 +85,10 @@ class BackfillJob:
         partials_path: where to store and reuse hop partials between runs (a directory or
             URI); a later backfill of later days then computes only the days not stored.
             Implies the ``tiled`` executor.
+        max_key_events: on the sweep, a key with more events than this is cut into chunks
+            of time, each swept in its own task (see :mod:`timetile.offline.hot_keys`).
+            Finding such keys costs one sampled pass over a part's events, run only when
+            the part has more events than this.
 
     Raises:
         DefinitionError: the definition cannot work against the real schemas.
@@ -95,7 +106,10 @@ class BackfillJob:
         strict: bool = False,
         executor: str = DEFAULT_EXECUTOR,
         partials_path: str | None = None,
+        max_key_events: int = DEFAULT_MAX_KEY_EVENTS,
     ) -> None:
+        if max_key_events < 1:
+            raise ValueError(f"max_key_events is {max_key_events}: give a positive count")
         if partials_path is not None and executor == AUTO:
             executor = "tiled"
         if partials_path is not None and executor != "tiled":
@@ -107,6 +121,8 @@ class BackfillJob:
         self.spark = spark
         self.range_ms = _time_range(start, end)
         self.executor = executor
+        self.max_key_events = max_key_events
+        self._splits: dict[str, KeySplit | None] = {}  # by GroupBy name
         self.report = JobReport(job=join.name, path=executor)
         self.options = ExecutorOptions(partials_path=partials_path, notes=self.report.notes,
                                        gauges=self.report.gauges)
@@ -120,6 +136,10 @@ class BackfillJob:
         self._check_input(strict)
         with self.report.stage("find snapshot days"):
             self._check_snapshots(strict)
+        self._paths = self._choose_executors()
+        self.report.path = ", ".join(f"{part.part.group_by.name}: {path}"
+                                     for part, path in zip(self.plan.parts, self._paths,
+                                                           strict=True))
 
     def _check_input(self, strict: bool) -> None:
         for source in self.report.sources:
@@ -179,7 +199,11 @@ class BackfillJob:
         return self.plan.left.where((F.col(TIME) >= low) & (F.col(TIME) < high))
 
     def dataframe(self) -> DataFrame:
-        """Return the output DataFrame. Lazy: Spark runs it when you write or collect it."""
+        """Return the output DataFrame. Lazy: Spark runs it when you write or collect it.
+
+        The small jobs that shape the plan (counts, snapshot days, hot keys) ran when the
+        job was built.
+        """
         left = self._kept_left()
         untimed = self.report.sources[0].without_time
         if self.range_ms is not None:
@@ -191,31 +215,71 @@ class BackfillJob:
         carry_untimed = self.range_ms is None and untimed > 0
         result = left
         feature_columns: list[str] = []
-        paths = []
-        for planned in self.plan.parts:
+        for planned, path in zip(self.plan.parts, self._paths, strict=True):
             if isinstance(planned, EntityPartPlan):
-                paths.append(f"{planned.part.group_by.name}: entity")
                 features = entity_features(planned, planned.queries(left), self.options)
                 result = self._joined(features, planned, result, len(feature_columns))
                 feature_columns.extend(column.name for column in
                                        entity_output_fields(planned))
                 continue
-            part = planned if self.range_ms is None else replace(  # no later event can count
-                planned, events=planned.events.where(F.col(TIME) < self.range_ms[1]))
-            queries = part.queries(left)
-            path = self._choose(part, queries)
-            paths.append(f"{part.part.group_by.name}: {path}")
+            part = self._ranged(planned)
+            options = self.options
+            if path == "sweep":
+                options = replace(options, key_split=self._splits.get(part.part.group_by.name))
             if path == "sweep" and not part.floors and _arrow_compatible(result):
-                result = self._swept(part, result, carry_untimed=carry_untimed)
+                result = self._swept(part, result, options, carry_untimed=carry_untimed)
             else:
-                result = self._joined(EXECUTORS[path](part, queries, self.options), part,
+                result = self._joined(EXECUTORS[path](part, part.queries(left), options), part,
                                       result, len(feature_columns))
             feature_columns.extend(feature.name for feature in part.features)
-        self.report.path = ", ".join(paths)
         output = result.select(*self.plan.left_columns, *feature_columns)
         return apply_derivations(self.join, output)
 
-    def _swept(self, part: PartPlan, rows: DataFrame, *, carry_untimed: bool) -> DataFrame:
+    def _ranged(self, part: PartPlan) -> PartPlan:
+        """Return the part without the events after the range: they count for no left row."""
+        if self.range_ms is None:
+            return part
+        return replace(part, events=part.events.where(F.col(TIME) < self.range_ms[1]))
+
+    def _choose_executors(self) -> list[str]:
+        """Pick each part's executor (``entity`` for entity parts).
+
+        Then find the hot keys of the parts that sweep (:meth:`_find_hot_keys`).
+        """
+        left = self._kept_left()
+        paths = []
+        for part in self.plan.parts:
+            if isinstance(part, EntityPartPlan):
+                paths.append("entity")
+                continue
+            path = self._choose(part, part.queries(left))
+            if path == "sweep" and sweepable(part):  # else the sweep refuses it, later
+                self._find_hot_keys(self._ranged(part))
+            paths.append(path)
+        return paths
+
+    def _find_hot_keys(self, part: PartPlan) -> None:
+        """Find the part's hot keys, if it has enough events for one and can be split.
+
+        Once per GroupBy: parts that share one (with other key mappings) share its keys.
+        """
+        name = part.part.group_by.name
+        if name in self._splits:
+            return
+        events = next(source.rows - source.left_out for source in self.report.sources
+                      if source.role == name)
+        reach = part_reach(part)
+        self._splits[name] = None
+        if events <= self.max_key_events or reach is None:  # no hot key, or a lifetime window
+            return
+        with self.report.stage("find hot keys"):
+            found = find_hot_keys(part, reach, self.max_key_events)
+        self.report.notes.extend(found.describe(name))
+        if found.hot:
+            self._splits[name] = found
+
+    def _swept(self, part: PartPlan, rows: DataFrame, options: ExecutorOptions, *,
+               carry_untimed: bool) -> DataFrame:
         """Add a part's features to ``rows`` by sending them through the sweep themselves.
 
         One shuffle instead of three (distinct queries, sweep, join back): the rows ride
@@ -240,7 +304,7 @@ class BackfillJob:
         time_column = self._left_millis_column()
         if time_column is not None:
             timed = timed.drop(time_column)
-        swept = (sweep_features(part, timed, self.options)
+        swept = (sweep_features(part, timed, options)
                  .drop(*copies)
                  .withColumnsRenamed({key: left for left, key in shared_keys.items()}))
         if time_column is not None:
@@ -343,6 +407,7 @@ def backfill(
     strict: bool = False,
     executor: str = DEFAULT_EXECUTOR,
     partials_path: str | None = None,
+    max_key_events: int = DEFAULT_MAX_KEY_EVENTS,
 ) -> DataFrame:
     """Point-in-time-correct features for every left row of ``join``: a Spark DataFrame.
 
@@ -359,6 +424,8 @@ def backfill(
         executor: which executor runs (see :data:`EXECUTORS`).
         partials_path: store and reuse hop partials here between runs (see
             :class:`BackfillJob`).
+        max_key_events: the sweep cuts a key with more events into chunks of time (see
+            :class:`BackfillJob`).
 
     Returns:
         The left rows' columns, unchanged, then one column per feature named
@@ -368,5 +435,5 @@ def backfill(
 
     """
     job = BackfillJob(join, spark, start, end, strict=strict, executor=executor,
-                      partials_path=partials_path)
+                      partials_path=partials_path, max_key_events=max_key_events)
     return job.dataframe()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -34,6 +34,9 @@ from timetile.offline.entities import (
 )
 from timetile.offline.sources import TIME, coarse_schema, load_events
 
+if TYPE_CHECKING:
+    from timetile.offline.hot_keys import KeySplit
+
 
 def key_column(index: int) -> str:
     """Return the internal name of a part's ``index``-th key, the same on queries and events."""
@@ -48,12 +51,15 @@ class ExecutorOptions:
         partials_path: where the tiled executor stores and reuses hop partials, or None.
         notes: lines the executor adds to the job report.
         gauges: figures the executor reports once Spark has run (see ``JobReport.gauges``).
+        key_split: the part's hot keys, which the sweep cuts into chunks of time (see
+            :mod:`timetile.offline.hot_keys`); None splits no key.
 
     """
 
     partials_path: str | None = None
     notes: list[str] = field(default_factory=list)
     gauges: dict[str, Callable[[], str | None]] = field(default_factory=dict)
+    key_split: KeySplit | None = None
 
 
 def query_bounds(window: Window | None, query_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -33,6 +33,7 @@ from timetile.core.kernels.sweep import (
     window_sums,
 )
 from timetile.core.types import ValueType
+from timetile.offline.hot_keys import CHUNK, with_chunks
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
 from timetile.offline.reference_executor import feature_fields
 from timetile.offline.sorted_groups import group_starts, whole_groups
@@ -111,10 +112,15 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
 
 
 class SweepPass:
-    """Per partition, sorted by (key, time): every feature of every query, vectorized."""
+    """Per partition, sorted by key: every feature of every query, vectorized.
 
-    def __init__(self, plan: PartPlan, carried: list[str], schema: pa.Schema) -> None:
-        self.keys = plan.keys
+    A group is one key, or one chunk of time of a hot key (``group_keys`` then ends with
+    :data:`~timetile.offline.hot_keys.CHUNK`).
+    """
+
+    def __init__(self, plan: PartPlan, carried: list[str], schema: pa.Schema,
+                 group_keys: list[str]) -> None:
+        self.group_keys = group_keys  # the part's keys, and the chunk of a split hot key
         self.features: tuple[Feature, ...] = plan.features
         self.carried = carried
         self.schema = schema
@@ -122,13 +128,13 @@ class SweepPass:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield the features of the queries of each table of whole keys."""
-        for table in whole_groups(batches, self.keys):
+        for table in whole_groups(batches, self.group_keys):
             yield from self._table(table).to_batches()
 
     def _table(self, table: pa.Table) -> pa.Table:
-        order = [(name, "ascending") for name in (*self.keys, TIME)]
+        order = [(name, "ascending") for name in (*self.group_keys, TIME)]
         table = table.take(pc.sort_indices(table, sort_keys=order))
-        starts = group_starts(table, self.keys)
+        starts = group_starts(table, self.group_keys)
         group_of_row = np.repeat(np.arange(len(starts)), np.diff([*starts, table.num_rows]))
         is_query = np.ones(table.num_rows, dtype=bool)  # a query has no value at all
         for name in self.value_columns:
@@ -162,6 +168,14 @@ def _feature_columns(plan: PartPlan) -> list[str]:
     return sorted({feature.aggregation.column for feature in plan.features})
 
 
+def _any_present(columns: list[str]) -> Column:
+    """Return a column true where any of ``columns`` is not null."""
+    present = F.lit(False)
+    for column in columns:
+        present |= F.col(column).isNotNull()
+    return present
+
+
 def value_column(column: str) -> str:
     """Return the internal name of an event value column in the sweep's union of rows."""
     return f"_tt_value_{column}"
@@ -175,11 +189,13 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     columns ride through unchanged. The output has the columns of ``queries``, then one
     per feature, and one row per query row (duplicates stay duplicates).
 
+    With ``options.key_split``, each hot key is swept in chunks of time, each in its own
+    group (see :mod:`timetile.offline.hot_keys`); the results are the same.
+
     Raises:
         ValueError: if a feature is not one the sweep computes (see :func:`sweepable`).
 
     """
-    del options  # nothing to configure
     if not sweepable(plan):
         raise ValueError(f"the sweep computes only {', '.join(SWEEP_OPS)} over numbers: use "
                          "the tiled executor for this part")
@@ -193,10 +209,7 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     # An event without any value adds to no feature (each op reads its column's non-null
     # values), so it stays behind; then a row without values is a query, and the union
     # needs no column to tell them apart.
-    contributes = F.lit(False)
-    for column in values:
-        contributes |= F.col(column).isNotNull()
-    events = plan.events.where(contributes).select(
+    events = plan.events.where(_any_present(values)).select(
         *keys, TIME, *[F.col(c).alias(value_column(c)) for c in values],
         *[F.lit(None).cast(queries.schema[c].dataType).alias(c) for c in riders])
     asked = queries.select(
@@ -204,7 +217,13 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
         *[F.lit(None).cast(events_schema[c].dataType).alias(value_column(c)) for c in values],
         *riders)
     schema = T.StructType([*queries.schema.fields, *feature_fields(plan.features)])
-    return (events.unionByName(asked)
-            .repartition(partitions, *keys)
-            .sortWithinPartitions(*keys)
-            .mapInArrow(SweepPass(plan, carried, to_arrow_schema(schema)), schema))
+    rows = events.unionByName(asked)
+    group_keys = list(keys)
+    split = options.key_split if options is not None else None
+    if split is not None and split.hot:
+        is_event = _any_present([value_column(column) for column in values])
+        rows = with_chunks(rows, keys, split, is_event)
+        group_keys.append(CHUNK)
+    return (rows.repartition(partitions, *group_keys)
+            .sortWithinPartitions(*group_keys)
+            .mapInArrow(SweepPass(plan, carried, to_arrow_schema(schema), group_keys), schema))

@@ -1,0 +1,178 @@
+"""Hot keys on the sweep: cut into chunks of time, they still give exactly the oracle's results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+import timetile as tt
+from timetile.core.timeutil import DAY_MS, HOUR_MS
+from timetile.core.windows import WindowKind, window_bounds, window_reach
+from timetile.offline.hot_keys import (
+    CHUNK,
+    HotKey,
+    KeySplit,
+    chunk_length,
+    find_hot_keys,
+    part_reach,
+    with_chunks,
+)
+from timetile.offline.plan import ExecutorOptions, plan_backfill
+from timetile.offline.sweep_executor import sweep_features
+from timetile.testing import naive_backfill, random_events, random_queries, same_value, to_spark
+
+pytestmark = pytest.mark.spark
+
+BASE = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+WINDOWS = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("1d", hop="6h", kind="hopping")]
+
+
+def mismatches(join: tt.Join, ours: Any, spark: Any, order: list[str]) -> list[tuple]:
+    """Return the (column, row, ours, oracle) cells where ``ours`` differs from the oracle."""
+    mine = ours.orderBy(*order).collect()
+    theirs = naive_backfill(join, spark).orderBy(*order).collect()
+    assert len(mine) == len(theirs)
+    return [(column, tuple(a[c] for c in order), a[column], b[column])
+            for a, b in zip(mine, theirs, strict=True)
+            for column in join.output_columns() if not same_value(a[column], b[column])]
+
+
+def test_window_reach_is_the_farthest_window_start() -> None:
+    times = np.arange(-3000, 3000, dtype=np.int64)
+    for kind, hop in ((WindowKind.SLIDING, None), (WindowKind.SAWTOOTH, 300),
+                      (WindowKind.HOPPING, 300), (WindowKind.HOPPING, 1000)):
+        starts, _ = window_bounds(times, kind, 1000, hop)
+        assert int((times - starts).max()) == window_reach(kind, 1000, hop), (kind, hop)
+    assert window_reach(WindowKind.LIFETIME, None, None) is None
+
+
+def test_every_chunk_that_can_see_an_event_gets_a_copy(spark: Any) -> None:
+    """An event at t goes to exactly the chunks of t and of the queries in (t, t + reach]:
+    every chunk that needs it, and no other. Negative times and a chunk shorter than the
+    reach included."""
+    chunk, reach = 7, 10
+    split = KeySplit((HotKey((1,), 0, -50, 50, chunk),), reach, (T.IntegerType(),))
+    rows = spark.createDataFrame([(key, t, 1.0) for key in (1, 2) for t in range(-50, 50)],
+                                 "k long, _tt_time long, v double")
+    copies: dict[tuple[int, int], set[int]] = {}
+    for row in with_chunks(rows, ["k"], split, F.col("v").isNotNull()).collect():
+        copies.setdefault((row["k"], row["_tt_time"]), set()).add(row[CHUNK])
+    for t in range(-50, 50):
+        assert copies[(1, t)] == {q // chunk for q in range(t, t + reach + 1)}, t
+        assert copies[(2, t)] == {0}  # a cold key: one copy, chunk 0
+
+
+def test_chunks_are_at_least_twice_the_reach() -> None:
+    assert chunk_length(10**9, 0, DAY_MS, HOUR_MS, 1000) == 2 * HOUR_MS  # too dense
+    assert chunk_length(1000, 0, 100 * DAY_MS, DAY_MS, 100) == 9 * DAY_MS  # 100 events/chunk
+
+
+def boundary_frames(spark: Any, chunk: int) -> tuple[Any, Any]:
+    """Key 1's queries on and next to its chunk boundaries, with events at their windows'
+    edges; key 2 is cold and shares the times."""
+    queries = [BASE + k * chunk + offset for k in range(1, 4) for offset in (-1, 0, 1)]
+    events = []
+    for q in queries:
+        for length in (HOUR_MS, DAY_MS, DAY_MS + 6 * HOUR_MS):
+            events.extend((key, q - length + delta, float(delta))
+                          for key in (1, 2) for delta in (-1, 0, 1))
+        events.append((1, q, 100.0))  # exactly at q: never counts for q
+    events += [(1, BASE + k * HOUR_MS, 1.5) for k in range(0, 5 * chunk // HOUR_MS, 5)]
+    return (spark.createDataFrame(events, "user_id long, ts long, amount double"),
+            spark.createDataFrame([(key, q, i) for i, q in enumerate(queries) for key in (1, 2)],
+                                  "user_id long, ts long, qid int"))
+
+
+@pytest.mark.parametrize("chunk", [HOUR_MS, 5 * HOUR_MS + 7, 3 * DAY_MS])
+def test_a_chunked_key_sees_the_events_of_its_windows_across_chunk_edges(
+        spark: Any, chunk: int) -> None:
+    """Any chunk length is correct, shorter than the reach included: an event goes to every
+    chunk from its own to that of ``time + reach``."""
+    events, queries = boundary_frames(spark, chunk)
+    group_by = tt.GroupBy("edge", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", op, windows=WINDOWS) for op in ("count", "sum", "max")])
+    join = tt.Join("edges", tt.EventSource(queries), [group_by])
+    part = plan_backfill(join, spark).parts[0]
+    reach = part_reach(part)
+    assert reach == DAY_MS + 6 * HOUR_MS - 1
+    split = KeySplit((HotKey((1,), 0, BASE, BASE + 4 * chunk, chunk),), reach, (T.LongType(),))
+    asked = part.queries(plan_backfill(join, spark).left)
+    chunked = sweep_features(part, asked, ExecutorOptions(key_split=split))
+    whole = sweep_features(part, asked)
+    columns = [feature.name for feature in part.features]
+    key, time = part.keys[0], "_tt_time"
+    assert (sorted(tuple(r) for r in chunked.select(key, time, *columns).collect())
+            == sorted(tuple(r) for r in whole.select(key, time, *columns).collect()))
+
+
+@pytest.mark.parametrize("left_key", ["bigint", "int"])  # int: the union widens the key
+def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: str) -> None:
+    table = random_events(3000, 20, seed=51, days=7)
+    events = to_spark(spark, table)
+    queries = to_spark(spark, random_queries(table, 300, seed=52))
+    queries = queries.withColumn("user_id", F.col("user_id").cast(left_key))
+    group_by = tt.GroupBy("hot", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation(column, op, windows=WINDOWS)
+        for op in ("count", "sum", "avg", "min", "max") for column in ("amount", "quantity")])
+    join = tt.Join("hot_keys", tt.EventSource(queries), [group_by])
+    job = tt.BackfillJob(join, spark, max_key_events=150)
+    ours = job.dataframe()
+    assert job.report.path == "hot: sweep"
+    assert "find hot keys" in job.report.stage_seconds
+    assert any("events) swept in chunks of time" in note for note in job.report.notes)
+    bad = mismatches(join, ours, spark, ["user_id", "ts", "label"])
+    assert not bad, bad[:10]
+
+    part = job.plan.parts[0]
+    split = find_hot_keys(part, part_reach(part) or 0, 150)
+    counts = table.group_by("user_id").aggregate([("ts", "count")]).to_pylist()
+    over = {row["user_id"] for row in counts if row["ts_count"] > 150}
+    assert {hot.key[0] for hot in split.hot} <= over  # a sample of all: exact counts
+    assert (1,) in {hot.key for hot in split.hot}  # the Zipf head
+
+
+def test_a_hot_key_within_two_reaches_is_swept_whole_and_reported(spark: Any) -> None:
+    events = spark.createDataFrame(
+        [(1 + (i % 7 == 0), BASE + i * 60_000, float(i)) for i in range(2000)],  # 33 hours
+        "user_id long, ts long, amount double")
+    queries = spark.createDataFrame([(1, BASE + k * HOUR_MS) for k in range(0, 40, 3)],
+                                    "user_id long, ts long")
+    group_by = tt.GroupBy("dense", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["1d"])])
+    join = tt.Join("dense", tt.EventSource(queries), [group_by])
+    job = tt.BackfillJob(join, spark, max_key_events=100)
+    ours = job.dataframe()
+    whole = [note for note in job.report.notes if "swept whole" in note]
+    assert len(whole) == 1
+    assert "2 hot key(s)" in whole[0]
+    assert "the largest, 1," in whole[0]
+    assert not any("in chunks of time" in note for note in job.report.notes)
+    assert not mismatches(join, ours, spark, ["user_id", "ts"])
+
+
+def test_small_parts_and_lifetime_windows_skip_the_search(spark: Any) -> None:
+    table = random_events(600, 8, seed=53, days=3)
+    events = to_spark(spark, table)
+    queries = to_spark(spark, random_queries(table, 60, seed=54))
+    lifetime = tt.GroupBy("life", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["1d"]),
+                           tt.Aggregation("amount", "max")])
+    join = tt.Join("life", tt.EventSource(queries), [lifetime])
+    for limit in (10, 10_000):  # a lifetime window: never split; a big limit: no key is hot
+        job = tt.BackfillJob(join, spark, max_key_events=limit)
+        ours = job.dataframe()
+        assert "find hot keys" not in job.report.stage_seconds
+        assert not mismatches(join, ours, spark, ["user_id", "ts", "label"])
+
+
+def test_a_non_positive_limit_is_refused(spark: Any) -> None:
+    events = spark.createDataFrame([(1, 1, 1.0)], "user_id long, ts long, amount double")
+    group_by = tt.GroupBy("g", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["1d"])])
+    join = tt.Join("j", tt.EventSource(events.select("user_id", "ts")), [group_by])
+    with pytest.raises(ValueError, match="max_key_events"):
+        tt.BackfillJob(join, spark, max_key_events=0)

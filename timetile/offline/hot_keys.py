@@ -1,0 +1,211 @@
+"""Hot keys: find the keys too big for one sweep task, and cut them into chunks of time.
+
+The sweep (:mod:`timetile.offline.sweep_executor`) holds all the rows of a key in one task.
+A key with more than ``max_key_events`` events is split instead: its time line is cut into
+chunks of ``length`` milliseconds; a query goes to the chunk of its time, and an event to
+its own chunk and to every later chunk whose queries can still see it (those within the
+window's reach, :func:`~timetile.core.windows.window_reach`). Each (key, chunk) is swept on
+its own, so a task holds one chunk of the key and the reach before it, and every query still
+sees exactly the events of its windows. A chunk is at least twice the reach, so an event of
+a hot key is sent to two chunks at most, 1.5 on average; the price is that a task holds at
+least three reaches of the key's events, which for a key dense enough is over the limit.
+A key whose events all lie within two reaches cannot be cut by time at all: it is swept
+whole, and the report says so (the tiled executor bounds it by hop instead).
+
+Finding hot keys costs one Spark job, which scans the part's events and groups a sample of
+them by key; a backfill runs it only for a part whose events outnumber ``max_key_events``,
+since no key can be hot otherwise.
+Parts with a lifetime window are never split: every chunk would need the whole history.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from timetile.api.windows import window_spec
+from timetile.core.timeutil import UNIT_MS, format_duration
+from timetile.core.windows import window_reach
+from timetile.offline.sources import TIME
+
+if TYPE_CHECKING:
+    from timetile.offline.plan import PartPlan
+
+#: Events one sweep task may hold for one key before the key is split. The sweep's Python
+#: worker peaks near 170 bytes per event (3.4 GB for a 20M-event key, measured with
+#: ``benchmarks/hot_key.py``), so a chunk at the limit takes about 350 MB: within the memory
+#: overhead a cluster gives a Python worker next to its JVM executor. Chunks are at least
+#: two reaches long, so a denser key gets bigger ones: in ``hot_key.py`` (20M events over
+#: 60 days, a 7-day window) a chunk and its reach hold about 7M events, 1.7 GB at the peak
+#: measured, against 3.4 GB whole.
+DEFAULT_MAX_KEY_EVENTS = 2_000_000
+
+#: Sampled events expected from a key right at the limit: the relative error of its estimate
+#: is about ``1 / sqrt(SAMPLED_AT_LIMIT)``, 3%.
+SAMPLED_AT_LIMIT = 1_000
+
+#: The internal chunk column; 0 for every row of a key that is not split.
+CHUNK = "_tt_chunk"
+_CHUNK_LENGTH = "_tt_chunk_ms"
+
+
+@dataclass(frozen=True)
+class HotKey:
+    """A key with too many events for one task, and how to cut it.
+
+    Attributes:
+        key: the key's values, in the order of the part's key columns.
+        events: its events, estimated from the sample.
+        first: the earliest sampled event time (epoch ms).
+        last: the latest sampled event time.
+        chunk_ms: the length of its chunks of time.
+
+    """
+
+    key: tuple[object, ...]
+    events: int
+    first: int
+    last: int
+    chunk_ms: int
+
+    @property
+    def chunks(self) -> int:
+        """How many chunks its sampled span covers."""
+        return self.last // self.chunk_ms - self.first // self.chunk_ms + 1
+
+
+@dataclass(frozen=True)
+class KeySplit:
+    """The hot keys of one part, and how to cut them.
+
+    Attributes:
+        hot: the keys over the limit that are cut into chunks, the largest first.
+        reach: how far back the part's windows reach (ms): see :func:`part_reach`.
+        key_types: the Spark types of the key columns the hot keys' values come from (the
+            events').
+        whole: keys over the limit whose sampled events all lie within one chunk (two
+            reaches): cutting them by time would copy nearly every event, so they are swept
+            whole. Reported, not split.
+
+    """
+
+    hot: tuple[HotKey, ...]
+    reach: int
+    key_types: tuple[T.DataType, ...]
+    whole: tuple[HotKey, ...] = ()
+
+    def describe(self, name: str) -> list[str]:
+        """Return the lines for the job report: what was cut, and what could not be."""
+        lines = []
+        if self.hot:
+            largest = self.hot[0]
+            lines.append(f"{name}: {_listed(self.hot)} swept in chunks of time; the largest "
+                         f"cut into {largest.chunks} chunks of "
+                         f"{format_duration(largest.chunk_ms)}")
+        if self.whole:
+            lines.append(f"{name}: {_listed(self.whole)} swept whole, each in one task: their "
+                         "events lie within twice the windows' reach, too close to cut by "
+                         "time. executor='tiled' bounds them by hop")
+        return lines
+
+
+def _listed(keys: tuple[HotKey, ...]) -> str:
+    """Count hot keys and name the largest (the first) for the report."""
+    largest = keys[0]
+    shown = repr(largest.key[0]) if len(largest.key) == 1 else repr(largest.key)
+    return (f"{len(keys)} hot key(s) (the largest, {shown}, holds about "
+            f"{largest.events:,} events)")
+
+
+def part_reach(plan: PartPlan) -> int | None:
+    """Return how far back the part's windows reach (ms), or None if one is lifetime."""
+    reaches = [window_reach(*window_spec(feature.window)) for feature in plan.features]
+    if any(reach is None for reach in reaches):
+        return None
+    return max((reach for reach in reaches if reach is not None), default=0)
+
+
+def chunk_length(events: int, first: int, last: int, reach: int, max_events: int) -> int:
+    """Return a chunk length that holds about ``max_events`` events, the reach included.
+
+    Events are taken as spread evenly over ``[first, last]``. The chunk is at least twice
+    the reach, so that an event is copied into 1 + reach / length ≤ 1.5 chunks on average:
+    a key too dense for that gets chunks over the limit rather than more copies. The length
+    is rounded up to a whole unit (day, hour, minute, second) of at most a tenth of it.
+
+    >>> chunk_length(20_000_000, 0, 60 * 86_400_000, 86_400_000, 2_000_000) // 86_400_000
+    5
+    >>> chunk_length(20_000_000, 0, 60 * 86_400_000, 7 * 86_400_000, 2_000_000) // 86_400_000
+    14
+    """
+    span = max(last - first, 1)
+    per_ms = events / span
+    length = max(math.floor(max_events / per_ms) - reach, 2 * reach, 1)
+    unit = next((size for size in sorted(UNIT_MS.values(), reverse=True)
+                 if 10 * size <= length), 1)
+    return -(-length // unit) * unit  # up to a round length (10% at most), for the report
+
+
+def find_hot_keys(plan: PartPlan, reach: int, max_events: int, *, seed: int = 0) -> KeySplit:
+    """Find the part's keys with more than ``max_events`` events, from a sample.
+
+    One Spark job: a Bernoulli sample of the events, rated so that a key at the limit is
+    expected to show :data:`SAMPLED_AT_LIMIT` times, grouped by key. Only the keys over the
+    limit come back to the driver: about ``events / max_events`` rows at most. The estimate
+    is the sampled count over the rate; a miss costs only speed, never a wrong result. The
+    chunk length takes a key's events as spread evenly over its sampled span, so a key with
+    bursts gets chunks of uneven size.
+    """
+    rate = min(1.0, SAMPLED_AT_LIMIT / max_events)
+    sampled = plan.events.select(*plan.keys, TIME).where(F.rand(seed) < rate)
+    rows = (sampled.groupBy(*plan.keys)
+            .agg(F.count(F.lit(1)).alias("_n"), F.min(TIME).alias("_first"),
+                 F.max(TIME).alias("_last"))
+            .where(F.col("_n") > max_events * rate)
+            .collect())  # the hot keys only: few rows
+    found = []
+    for row in rows:
+        events = round(row["_n"] / rate)
+        first, last = int(row["_first"]), int(row["_last"])
+        found.append(HotKey(tuple(row[key] for key in plan.keys), events, first, last,
+                            chunk_length(events, first, last, reach, max_events)))
+    found.sort(key=lambda hot: -hot.events)
+    return KeySplit(tuple(hot for hot in found if hot.last - hot.first >= hot.chunk_ms), reach,
+                    tuple(plan.events.schema[key].dataType for key in plan.keys),
+                    tuple(hot for hot in found if hot.last - hot.first < hot.chunk_ms))
+
+
+def with_chunks(rows: DataFrame, keys: Sequence[str], split: KeySplit,
+                is_event: Column) -> DataFrame:
+    """Add :data:`CHUNK` to the sweep's union of events and queries, copying events.
+
+    A query of a hot key gets the chunk of its time; an event of a hot key one row per chunk
+    that can see it, from its own to the chunk of ``time + reach``. Rows of other keys get
+    chunk 0. The hot keys' chunk lengths arrive by a broadcast join on the keys, which
+    compares across the integer widths that a left key and an event key may differ by.
+    """
+    spark = rows.sparkSession
+    schema = T.StructType([*(T.StructField(key, kind) for key, kind in
+                             zip(keys, split.key_types, strict=True)),
+                           T.StructField(_CHUNK_LENGTH, T.LongType(), False)])
+    lengths = (spark.createDataFrame([(*hot.key, hot.chunk_ms) for hot in split.hot], schema)
+               .dropDuplicates(list(keys)))  # a key twice would copy its rows
+    joined = rows.join(F.broadcast(lengths), on=list(keys), how="left")
+    own = _chunk_of(f"`{TIME}`")
+    chunks = F.when(F.col(_CHUNK_LENGTH).isNull(), F.array(F.lit(0).cast("long"))).when(
+        is_event, F.sequence(own, _chunk_of(f"(`{TIME}` + {split.reach})"))
+    ).otherwise(F.array(own))
+    return (joined.withColumn(CHUNK, F.explode(chunks))
+            .select(*rows.columns, CHUNK))
+
+
+def _chunk_of(time: str) -> Column:
+    """Return the chunk holding ``time`` (a SQL expression), by exact floor division."""
+    length = f"`{_CHUNK_LENGTH}`"
+    return F.expr(f"({time} - pmod({time}, {length})) div {length}")
