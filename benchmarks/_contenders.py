@@ -120,7 +120,7 @@ def _scan(inputs: Inputs) -> DataFrame:
                              F.max("ts"), F.sum("key"))
 
 
-def _timetile(executor: str) -> Callable[[Inputs], DataFrame]:
+def _timetile(executor: str, max_key_events: int | None) -> Callable[[Inputs], DataFrame]:
     def build(inputs: Inputs) -> DataFrame:
         import timetile as tt
 
@@ -130,15 +130,18 @@ def _timetile(executor: str) -> Callable[[Inputs], DataFrame]:
         ])
         join = tt.Join("bench", left=tt.EventSource(inputs.queries, time_column="ts"),
                        parts=[group_by])
-        frame = tt.backfill(join, inputs.spark, executor=executor)
+        limit = {} if max_key_events is None else {"max_key_events": max_key_events}
+        frame = tt.backfill(join, inputs.spark, executor=executor, **limit)
         return frame.select("key", "ts", *(F.col(f"ev_value_{op}_{w}").alias(f"{op}_{w}")
                                            for w in WINDOWS for op in OPS))
     return build
 
 
-def contenders(executors: list[str], *, segtree: bool) -> list[Contender]:
-    """Every contender, timetile once per executor; the segment-tree pair only if ``segtree``
-    (the conf exists in this Spark), else one plain window run."""
+def contenders(executors: list[str], *, segtree: bool,
+               max_key_events: int | None = None) -> list[Contender]:
+    """Every contender, timetile once per executor (with ``max_key_events`` if given, else
+    the library's default); the segment-tree pair only if ``segtree`` (the conf exists in
+    this Spark), else one plain window run."""
     if segtree:
         windows = [
             Contender("spark_window_segtree", "Spark window, segtree on", "spark", "spark_sql",
@@ -156,5 +159,5 @@ def contenders(executors: list[str], *, segtree: bool) -> list[Contender]:
         Contender("duckdb_window", "DuckDB window", "duckdb", "duckdb", _duck_sql(WINDOW_SQL)),
         Contender("spark_scan", "Spark scan (floor)", "spark", "floor", _scan, checked=False),
         *(Contender(f"timetile[{name}]", f"timetile[{name}]", "spark", "timetile",
-                    _timetile(name)) for name in executors),
+                    _timetile(name, max_key_events)) for name in executors),
     ]

@@ -62,6 +62,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="timetile executor(s), comma-separated, or 'all' for every "
                              "executor in timetile.offline.backfill.EXECUTORS (default: the "
                              "library's default, DEFAULT_EXECUTOR)")
+    parser.add_argument("--max-key-events", type=int, default=None,
+                        help="timetile's max_key_events: above it the sweep searches for hot "
+                             "keys (default: the library's default; a huge value turns the "
+                             "search off)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds before a contender is abandoned (default: 600)")
     parser.add_argument("--cache", type=Path, default=HERE / ".data",
@@ -256,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     found = [ensure(spark, name, args.scale, args.cache, log) for name in datasets]
     if args.generate_only:
         return
-    chosen = select(contenders(names, segtree=segtree_default is not None), args.only)
+    chosen = select(contenders(names, segtree=segtree_default is not None,
+                               max_key_events=args.max_key_events), args.only)
     tmp = args.cache / "duckdb_tmp"
     tmp.mkdir(exist_ok=True)
     runner = Runner(spark, duck_threads=args.duckdb_threads, duck_tmp=tmp,

@@ -8,6 +8,8 @@ memory".
 
     python benchmarks/hot_key.py                      # sweep and tiled, 20M events
     python benchmarks/hot_key.py --events 2000000 --executor tiled
+    # the sweep with its hot key whole, then cut into chunks of time (the default)
+    python benchmarks/hot_key.py --executor sweep --max-key-events 1000000000,2000000
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 import timetile as tt
+from timetile.offline.hot_keys import DEFAULT_MAX_KEY_EVENTS
 from timetile.offline.session import local_session
 
 DAY_MS = 86_400_000
@@ -31,6 +34,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=10_000)
     parser.add_argument("--executor", default="sweep,tiled")
     parser.add_argument("--cache", default="benchmarks/.data")
+    parser.add_argument("--max-key-events", default=str(DEFAULT_MAX_KEY_EVENTS),
+                        help="the sweep's limit(s) before a key is cut into chunks of time, "
+                             "comma-separated; each runs every executor (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time each run N times and keep the best; the first run of the "
+                             "process also pays Spark's and numba's warm-up (default: 1)")
     args = parser.parse_args()
     spark = local_session("timetile-hot-key")  # the default driver memory
     root = Path(args.cache) / f"hot_key_{args.events}"
@@ -49,13 +58,18 @@ def main() -> None:
     join = tt.Join("hot_key", tt.EventSource(str(root / "queries")), [group_by])
     print(f"one key, {args.events:,} events, {args.queries:,} queries, driver memory "
           f"{spark.conf.get('spark.driver.memory')}", file=sys.stderr)
-    for executor in args.executor.split(","):
-        began = time.perf_counter()
-        job = tt.BackfillJob(join, spark, executor=executor)
-        job.dataframe().write.format("noop").mode("overwrite").save()
-        print(f"| {executor} | {time.perf_counter() - began:.1f} s |")
-        for line in job.report.lines():
-            print(f"    {line}", file=sys.stderr)
+    for limit in (int(value) for value in args.max_key_events.split(",")):
+        for executor in args.executor.split(","):
+            runs = []
+            for _ in range(args.repeat):
+                began = time.perf_counter()
+                job = tt.BackfillJob(join, spark, executor=executor, max_key_events=limit)
+                job.dataframe().write.format("noop").mode("overwrite").save()
+                runs.append(time.perf_counter() - began)
+                for line in job.report.lines():
+                    print(f"    {line}", file=sys.stderr)
+            print(f"| {executor} | max_key_events {limit:,} | {min(runs):.1f} s "
+                  f"(runs {', '.join(f'{run:.1f}' for run in runs)}) |", flush=True)
 
 
 if __name__ == "__main__":
