@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
 import timetile as tt
 from timetile.core.tiling import choose_hop
@@ -100,3 +101,28 @@ def test_odd_keys_agree_on_every_path(spark: Any, key_type: str) -> None:
     for executor in ("sweep", "tiled", "interval_tree", "reference"):
         got = sorted(repr(tuple(r)) for r in tt.backfill(join, spark, executor=executor).collect())
         assert got == expected, executor
+
+
+def test_timestamp_and_date_keys_work_on_every_executor(spark: Any) -> None:
+    """Arrow needs the session's time zone for a timestamp key: every executor passes it."""
+    instants = [1_730_611_800_000, 1_730_615_400_000, 1_600_000_000_123]  # one DST-repeated hour
+    events = (spark.createDataFrame(
+        [(k, BASE + i * HOUR_MS, float(i)) for k in instants for i in range(60)],
+        "at long, ts long, amount double")
+        .withColumn("day", F.to_date(F.timestamp_millis("ts"))).withColumn(
+            "at", F.timestamp_millis("at")))
+    queries = (spark.createDataFrame(
+        [(k, BASE + i * 7 * HOUR_MS + 1, i) for k in instants for i in range(8)],
+        "at long, ts long, qid int")
+        .withColumn("day", F.to_date(F.timestamp_millis("ts"))).withColumn(
+            "at", F.timestamp_millis("at"))
+        .withColumn("seen", F.timestamp_millis(F.col("ts") - 5)))  # rides through the sweep
+    for ops in (("count", "sum", "max"), ("count", "last")):  # the sweep's, and not
+        group_by = tt.GroupBy("at", tt.EventSource(events), ["at", "day"], [
+            tt.Aggregation("amount", op, windows=["1h", "1d"]) for op in ops])
+        join = tt.Join("at", tt.EventSource(queries), [group_by])
+        expected = rows(naive_backfill(join, spark))
+        executors = ["tiled", "interval_tree", "reference", "auto"]
+        for executor in executors + (["sweep"] if "last" not in ops else []):
+            job = tt.BackfillJob(join, spark, executor=executor, max_key_events=20)
+            assert rows(job.dataframe()) == expected, (ops, executor)

@@ -15,7 +15,6 @@ from dataclasses import replace
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
@@ -43,6 +42,7 @@ from timetile.offline.plan import (
 )
 from timetile.offline.reference_executor import reference_features
 from timetile.offline.report import BadInputError, JobReport, SourceCounts
+from timetile.offline.result_types import arrow_schema
 from timetile.offline.sources import TIME
 from timetile.offline.sweep_executor import sweep_features, sweepable
 from timetile.offline.tiled_executor import tiled_features
@@ -350,7 +350,7 @@ def _arrow_compatible(frame: DataFrame) -> bool:
     assertion for some nested ones (a timestamp in a map's struct): either means no.
     """
     try:
-        to_arrow_schema(frame.schema)
+        arrow_schema(frame.schema, frame.sparkSession)
     except (TypeError, AssertionError):
         return False
     return True

@@ -118,7 +118,9 @@ class KeySplit:
 def _listed(keys: tuple[HotKey, ...]) -> str:
     """Count hot keys and name the largest (the first) for the report."""
     largest = keys[0]
-    shown = repr(largest.key[0]) if len(largest.key) == 1 else repr(largest.key)
+    shown = ", ".join(repr(value) if isinstance(value, str) else str(value)
+                      for value in largest.key)
+    shown = shown if len(largest.key) == 1 else f"({shown})"
     return (f"{len(keys)} hot key(s) (the largest, {shown}, holds about "
             f"{largest.events:,} events)")
 

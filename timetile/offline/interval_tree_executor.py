@@ -21,13 +21,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import QueryTiling
 from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
 from timetile.offline.reference_executor import feature_values, output_schema
-from timetile.offline.result_types import arrow_value
+from timetile.offline.result_types import arrow_schema, arrow_value
 from timetile.offline.sorted_groups import Rows, group_bounds, map_groups
 from timetile.offline.sources import TIME
 from timetile.offline.tiled_executor import TiledLayout
@@ -195,7 +194,7 @@ def interval_tree_features(plan: PartPlan, queries: DataFrame,
                                   T.StructField(SLOT, T.IntegerType()),
                                   T.StructField(TILING, T.BinaryType())])
     tilings = events.mapInArrow(
-        EventTiling(layout, broadcast_index, to_arrow_schema(tiling_schema)), tiling_schema)
+        EventTiling(layout, broadcast_index, arrow_schema(tiling_schema, spark)), tiling_schema)
     anchors = id_frame.select(KEY_ID, F.lit(-1).alias(SLOT),
                               F.lit(None).cast("binary").alias(TILING))
     schema = output_schema(plan, queries)
@@ -203,6 +202,6 @@ def interval_tree_features(plan: PartPlan, queries: DataFrame,
             .repartition(partitions, KEY_ID)
             .sortWithinPartitions(KEY_ID, SLOT)
             .mapInArrow(TilingMerge(layout, broadcast_index, broadcast_keys,
-                                    to_arrow_schema(schema)), schema))
+                                    arrow_schema(schema, spark)), schema))
 
 

@@ -22,7 +22,7 @@ from timetile.core.aggregators import Aggregator, Bucketed, bucketed_values, mak
 from timetile.core.reference import aggregate_windows
 from timetile.core.types import ValueType
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
-from timetile.offline.result_types import arrow_column, spark_type
+from timetile.offline.result_types import arrow_column, arrow_schema, spark_type
 from timetile.offline.sources import TIME
 
 
@@ -113,10 +113,8 @@ def reference_features(plan: PartPlan, queries: DataFrame,
                        options: ExecutorOptions | None = None) -> DataFrame:
     """Every feature of ``plan`` at every query, one row per distinct (keys, time) query."""
     del options  # nothing to configure
-    from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
-
     schema = output_schema(plan, queries)
-    evaluator = KeyGroupEvaluator(plan, to_arrow_schema(schema))
+    evaluator = KeyGroupEvaluator(plan, arrow_schema(schema, queries.sparkSession))
 
     def evaluate(key_queries: pa.Table, key_events: pa.Table) -> pa.Table:
         # A plain function: PySpark reads the arity and would count a callable's ``self``.

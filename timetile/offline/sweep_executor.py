@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.core.kernels.sweep import (
     window_extremes,
@@ -36,6 +35,7 @@ from timetile.core.types import ValueType
 from timetile.offline.hot_keys import CHUNK, with_chunks
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
 from timetile.offline.reference_executor import feature_fields
+from timetile.offline.result_types import arrow_schema
 from timetile.offline.sorted_groups import group_starts, whole_groups
 from timetile.offline.sources import TIME
 
@@ -226,4 +226,4 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
         group_keys.append(CHUNK)
     return (rows.repartition(partitions, *group_keys)
             .sortWithinPartitions(*group_keys)
-            .mapInArrow(SweepPass(plan, carried, to_arrow_schema(schema), group_keys), schema))
+            .mapInArrow(SweepPass(plan, carried, arrow_schema(schema, spark), group_keys), schema))

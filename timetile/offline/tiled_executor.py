@@ -35,7 +35,6 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Aggregator
@@ -45,7 +44,7 @@ from timetile.core.windows import MIN_TIME, WindowKind
 from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
-from timetile.offline.result_types import arrow_value
+from timetile.offline.result_types import arrow_schema, arrow_value
 from timetile.offline.sorted_groups import Rows, map_groups
 from timetile.offline.sources import TIME
 
@@ -340,7 +339,7 @@ def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None
                            T.StructField(SIDE, T.IntegerType()), *_binary_fields(layout)])
     return (rows.repartition(partitions, *keys, HOP)
             .sortWithinPartitions(*keys, HOP, TIME, KIND)
-            .mapInArrow(HopPass(layout, to_arrow_schema(schema), largest), schema))
+            .mapInArrow(HopPass(layout, arrow_schema(schema, rows.sparkSession), largest), schema))
 
 
 def _source_signature(plan: PartPlan) -> str:
@@ -431,7 +430,7 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
               .unionByName(tails)
               .repartition(partitions, *keys)
               .sortWithinPartitions(*keys, KIND, HOP)
-              .mapInArrow(TailPass(layout, to_arrow_schema(stage2_schema)), stage2_schema))
+              .mapInArrow(TailPass(layout, arrow_schema(stage2_schema, spark)), stage2_schema))
 
     # Stage 3: assembly.
     scanned = stage1.where(F.col(SIDE) != PARTIAL).withColumn(
@@ -449,4 +448,4 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
                  .repartition(partitions, *keys, TIME)
                  .sortWithinPartitions(*keys, TIME, WINDOW, ORDER))
     schema = output_schema(plan, queries)
-    return assembled.mapInArrow(Assembly(layout, to_arrow_schema(schema)), schema)
+    return assembled.mapInArrow(Assembly(layout, arrow_schema(schema, spark)), schema)
