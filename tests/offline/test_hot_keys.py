@@ -23,7 +23,13 @@ from timetile.offline.hot_keys import (
 )
 from timetile.offline.plan import ExecutorOptions, plan_backfill
 from timetile.offline.sweep_executor import sweep_features
-from timetile.testing import naive_backfill, random_events, random_queries, same_value, to_spark
+from timetile.testing import (
+    differing_cells,
+    naive_backfill,
+    random_events,
+    random_queries,
+    to_spark,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -32,13 +38,11 @@ WINDOWS = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("1d", hop="6h", kind
 
 
 def mismatches(join: tt.Join, ours: Any, spark: Any, order: list[str]) -> list[tuple]:
-    """Return the (column, row, ours, oracle) cells where ``ours`` differs from the oracle."""
+    """Return the cells where ``ours`` differs from the oracle (see ``differing_cells``)."""
     mine = ours.orderBy(*order).collect()
     theirs = naive_backfill(join, spark).orderBy(*order).collect()
     assert len(mine) == len(theirs)
-    return [(column, tuple(a[c] for c in order), a[column], b[column])
-            for a, b in zip(mine, theirs, strict=True)
-            for column in join.output_columns() if not same_value(a[column], b[column])]
+    return differing_cells(mine, theirs, join.output_columns())
 
 
 def test_window_reach_is_the_farthest_window_start() -> None:

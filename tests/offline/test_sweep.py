@@ -9,10 +9,10 @@ from pyspark.sql import functions as F
 
 import timetile as tt
 from timetile.testing import (
+    differing_cells,
     naive_backfill,
     random_events,
     random_queries,
-    same_value,
     to_spark,
 )
 
@@ -37,9 +37,7 @@ def test_the_sweep_equals_the_oracle(spark: Any) -> None:
     assert job.report.path == "s: sweep"
     theirs = naive_backfill(join, spark).orderBy("user_id", "ts", "label").collect()
     assert len(ours) == len(theirs) == 150
-    bad = [(column, mine["user_id"], mine["ts"], mine[column], oracle[column])
-           for mine, oracle in zip(ours, theirs, strict=True)
-           for column in join.output_columns() if not same_value(mine[column], oracle[column])]
+    bad = differing_cells(ours, theirs, join.output_columns())
     assert not bad, bad[:10]
 
 
@@ -86,8 +84,7 @@ def test_left_rows_ride_through_two_sweeps_unchanged(spark: Any) -> None:
     assert any(row["ts"] is None for row in mine)
     assert any(row["guest_id"] is None for row in mine)
     assert {row["amount"] for row in mine} == {"left's own"}
-    bad = [(column, a, b) for a, b in zip(mine, oracle, strict=True) for column in ours.columns
-           if not same_value(a[column], b[column])]
+    bad = differing_cells(mine, oracle, ours.columns)
     assert not bad, bad[:5]
 
 
@@ -115,8 +112,7 @@ def test_left_columns_of_other_types_ride_through_unchanged(spark: Any) -> None:
     mine, oracle = ours.orderBy(*order).collect(), theirs.orderBy(*order).collect()
     assert len(mine) == len(oracle) == 60
     assert any(row["ts"] is None for row in mine)
-    bad = [(column, a, b) for a, b in zip(mine, oracle, strict=True) for column in ours.columns
-           if not same_value(a[column], b[column])]
+    bad = differing_cells(mine, oracle, ours.columns)
     assert not bad, bad[:5]
 
 
@@ -139,8 +135,7 @@ def test_events_without_values_add_nothing_and_are_no_queries(spark: Any) -> Non
     assert job.report.path == "s: sweep"
     theirs = naive_backfill(join, spark).orderBy("user_id", "ts").collect()
     assert len(ours) == len(theirs) == 8
-    bad = [(column, a, b) for a, b in zip(ours, theirs, strict=True)
-           for column in join.output_columns() if not same_value(a[column], b[column])]
+    bad = differing_cells(ours, theirs, join.output_columns())
     assert not bad, bad
     counts = {(row["user_id"], row["ts"]): row["s_amount_count_1d"] for row in ours}
     assert (counts[(1, 41)], counts[(2, 26)], counts[(3, 6)]) == (1, 0, 1)

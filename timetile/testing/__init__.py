@@ -6,7 +6,7 @@ generators make small tables that hold every edge case the semantics care about.
 :class:`RedisServer` runs a throwaway ``redis-server`` for the online stores' tests.
 """
 
-from timetile.testing.compare import same_value
+from timetile.testing.compare import differing_cells, same_value
 from timetile.testing.generators import (
     EVENT_SCHEMA,
     MIN_EVENTS,
@@ -38,6 +38,7 @@ __all__ = [
     "EntityTables",
     "RedisServer",
     "SqlOp",
+    "differing_cells",
     "min_queries",
     "naive_backfill",
     "percentile_rank_bounds",

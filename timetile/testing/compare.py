@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -31,3 +32,23 @@ def same_value(ours: Any, theirs: Any, rel_tol: float = 1e-9) -> bool:
                 for other in theirs)
             for key, value in ours.items())
     return type(ours) is type(theirs) and bool(ours == theirs)
+
+
+def differing_cells(ours: Sequence[Any], theirs: Sequence[Any],
+                    columns: Iterable[str]) -> list[tuple[str, Any, Any, Any]]:
+    """Return the cells of ``columns`` where two results are not :func:`same_value`.
+
+    Rows are paired in order; each cell comes back as ``(column, our row, our value, their
+    value)``.
+
+    >>> differing_cells([{"a": 1.0, "b": 2}], [{"a": 1.0, "b": 3}], ["a", "b"])
+    [('b', {'a': 1.0, 'b': 2}, 2, 3)]
+
+    Raises:
+        ValueError: the results have different numbers of rows.
+
+    """
+    names = list(columns)
+    return [(column, mine, mine[column], other[column])
+            for mine, other in zip(ours, theirs, strict=True)
+            for column in names if not same_value(mine[column], other[column])]
