@@ -1,6 +1,6 @@
 """One key with 20M events: does a backfill finish with the default driver memory?
 
-Generates (once, with Spark, into benchmarks/.data/hot_key) 20M events of a single key over
+Generates (once, with Spark, into benchmarks/.data/hot_key_*) 20M events of a single key over
 60 days and 10K queries of that key, then backfills sum, count and max over 1d and 7d with
 each executor asked for, under `local_session()`'s default driver memory, and prints the
 seconds. Issue 3's goal: "a single key holding 20M events backfills with the default driver
@@ -10,6 +10,8 @@ memory".
     python benchmarks/hot_key.py --events 2000000 --executor tiled
     # the sweep with its hot key whole, then cut into chunks of time (the default)
     python benchmarks/hot_key.py --executor sweep --max-key-events 1000000000,2000000
+    # a key hot on the left: 1M events and 10M left rows
+    python benchmarks/hot_key.py --events 1000000 --queries 10000000 --executor sweep
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def main() -> None:
                              "process also pays Spark's and numba's warm-up (default: 1)")
     args = parser.parse_args()
     spark = local_session("timetile-hot-key")  # the default driver memory
-    root = Path(args.cache) / f"hot_key_{args.events}"
+    queries = "" if args.queries == 10_000 else f"_q{args.queries}"
+    root = Path(args.cache) / f"hot_key_{args.events}{queries}"
     if not (root / "queries").exists():
         span = 60 * DAY_MS
         (spark.range(args.events)

@@ -204,8 +204,8 @@ def backfill(
         help="Store hop partials here and reuse them in later runs (incremental backfills).")
     ] = None,
     max_key_events: Annotated[int, typer.Option(
-        help="The sweep cuts a key with more events than this into chunks of time, each in "
-             "its own task.", min=1)] = DEFAULT_MAX_KEY_EVENTS,
+        help="The sweep cuts a key with more rows than this (its events and left rows) into "
+             "chunks of time, each in its own task.", min=1)] = DEFAULT_MAX_KEY_EVENTS,
     debug: _Debug = False,
 ) -> None:
     """Compute point-in-time-correct features for a Join and write them.

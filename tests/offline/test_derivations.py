@@ -19,7 +19,13 @@ import timetile as tt
 from timetile.cli_render import print_summary
 from timetile.offline.derivations import apply_derivations, check_derivations
 from timetile.offline.report import JobReport
-from timetile.testing import naive_backfill, random_events, random_queries, same_value, to_spark
+from timetile.testing import (
+    differing_cells,
+    naive_backfill,
+    random_events,
+    random_queries,
+    to_spark,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -70,8 +76,7 @@ def by_row(rows: list[Any]) -> list[Any]:
 
 def assert_same(ours: list[Any], theirs: list[Any], columns: list[str]) -> None:
     assert len(ours) == len(theirs) == 100
-    mismatches = [(column, mine, oracle) for mine, oracle in zip(ours, theirs, strict=True)
-                  for column in columns if not same_value(mine[column], oracle[column])]
+    mismatches = differing_cells(ours, theirs, columns)
     assert not mismatches, mismatches[:10]
 
 

@@ -16,7 +16,13 @@ from pyspark.sql import DataFrame
 
 import timetile as tt
 from timetile.offline.report import BadInputError
-from timetile.testing import naive_backfill, random_entities, random_events, same_value, to_spark
+from timetile.testing import (
+    differing_cells,
+    naive_backfill,
+    random_entities,
+    random_events,
+    to_spark,
+)
 from timetile.testing.generators import random_entity_queries, random_queries
 
 pytestmark = pytest.mark.spark
@@ -29,8 +35,7 @@ def equal_frames(ours: DataFrame, theirs: DataFrame, order: list[str]) -> None:
     assert ours.columns == theirs.columns
     mine, oracle = ours.orderBy(*order).collect(), theirs.orderBy(*order).collect()
     assert len(mine) == len(oracle) > 0
-    bad = [(column, a, b) for a, b in zip(mine, oracle, strict=True) for column in ours.columns
-           if not same_value(a[column], b[column])]
+    bad = differing_cells(mine, oracle, ours.columns)
     assert not bad, f"{len(bad)} mismatches, e.g. {bad[:3]}"
 
 

@@ -13,6 +13,7 @@ import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS
 from timetile.core.windows import WindowKind, window_bounds, window_reach
 from timetile.offline.hot_keys import (
+    CASE_LIMIT,
     CHUNK,
     HotKey,
     KeySplit,
@@ -54,20 +55,33 @@ def test_window_reach_is_the_farthest_window_start() -> None:
     assert window_reach(WindowKind.LIFETIME, None, None) is None
 
 
-def test_every_chunk_that_can_see_an_event_gets_a_copy(spark: Any) -> None:
+@pytest.mark.parametrize("case_limit", [CASE_LIMIT, 0])  # 0: the broadcast join instead
+def test_every_chunk_that_can_see_an_event_gets_a_copy(spark: Any, case_limit: int) -> None:
     """An event at t goes to exactly the chunks of t and of the queries in (t, t + reach]:
-    every chunk that needs it, and no other. Negative times and a chunk shorter than the
-    reach included."""
+    every chunk that needs it, and no other; a query to the chunk of its time. Negative
+    times, a chunk shorter than the reach, a two-column key, a null key (hot by its
+    queries: null meets null) and an int split type against bigint rows included."""
     chunk, reach = 7, 10
-    split = KeySplit((HotKey((1,), 0, -50, 50, chunk),), reach, (T.IntegerType(),))
-    rows = spark.createDataFrame([(key, t, 1.0) for key in (1, 2) for t in range(-50, 50)],
-                                 "k long, _tt_time long, v double")
-    copies: dict[tuple[int, int], set[int]] = {}
-    for row in with_chunks(rows, ["k"], split, F.col("v").isNotNull()).collect():
-        copies.setdefault((row["k"], row["_tt_time"]), set()).add(row[CHUNK])
+    hot = [(1, "x"), (None, None)]
+    split = KeySplit(tuple(HotKey(key, 0, -50, 50, chunk) for key in hot), reach,
+                     (T.IntegerType(), T.StringType()))
+    keys = [*hot, (1, "y"), (2, "x"), (None, "x")]
+    rows = spark.createDataFrame(
+        [(k, s, t, value) for k, s in keys for t in range(-50, 50) for value in (1.0, None)],
+        "k long, s string, _tt_time long, v double")
+    events: dict[tuple[Any, ...], list[int]] = {}
+    queries: dict[tuple[Any, ...], list[int]] = {}
+    for row in with_chunks(rows, ["k", "s"], split, F.col("v").isNotNull(),
+                           case_limit=case_limit).collect():
+        copies = events if row["v"] is not None else queries
+        copies.setdefault((row["k"], row["s"], row["_tt_time"]), []).append(row[CHUNK])
     for t in range(-50, 50):
-        assert copies[(1, t)] == {q // chunk for q in range(t, t + reach + 1)}, t
-        assert copies[(2, t)] == {0}  # a cold key: one copy, chunk 0
+        for k, s in hot:
+            assert sorted(events[(k, s, t)]) == sorted({q // chunk
+                                                        for q in range(t, t + reach + 1)}), t
+            assert queries[(k, s, t)] == [t // chunk]
+        for k, s in keys[len(hot):]:  # cold keys: one copy each, chunk 0
+            assert events[(k, s, t)] == queries[(k, s, t)] == [0]
 
 
 def test_chunks_are_at_least_twice_the_reach() -> None:
@@ -127,16 +141,42 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
     ours = job.dataframe()
     assert job.report.path == "hot: sweep"
     assert "find hot keys" in job.report.stage_seconds
-    assert any("events) swept in chunks of time" in note for note in job.report.notes)
+    assert any("swept in chunks of time" in note for note in job.report.notes)
     bad = mismatches(join, ours, spark, ["user_id", "ts", "label"])
     assert not bad, bad[:10]
 
     part = job.plan.parts[0]
-    split = find_hot_keys(part, part_reach(part) or 0, 150)
+    split = find_hot_keys(part, None, part_reach(part) or 0, 150)
     counts = table.group_by("user_id").aggregate([("ts", "count")]).to_pylist()
     over = {row["user_id"] for row in counts if row["ts_count"] > 150}
     assert {hot.key[0] for hot in split.hot} <= over  # a sample of all: exact counts
     assert (1,) in {hot.key for hot in split.hot}  # the Zipf head
+
+
+def test_a_key_hot_by_its_left_rows_is_cut_too(spark: Any) -> None:
+    """A key with few events but many left rows (and a null key with many) is found, cut by
+    its queries' times, and still gives the oracle's results."""
+    table = random_events(400, 20, seed=55, days=7)
+    events = to_spark(spark, table)
+    rng = np.random.default_rng(56)
+    times = [int(t) for t in rng.integers(BASE - DAY_MS, BASE + 8 * DAY_MS, 600)]
+    placeholder = [(7, t, 0.5) for t in times[:400]] + [(None, t, 1.5) for t in times[400:]]
+    queries = to_spark(spark, random_queries(table, 200, seed=57)).unionByName(
+        spark.createDataFrame(placeholder, "user_id long, ts long, label double"))
+    group_by = tt.GroupBy("placeholder", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", op, windows=WINDOWS) for op in ("count", "sum", "max")])
+    join = tt.Join("placeholders", tt.EventSource(queries), [group_by])
+    job = tt.BackfillJob(join, spark, max_key_events=150)
+    ours = job.dataframe()
+    assert any("left rows) swept in chunks of time" in note for note in job.report.notes)
+    assert not mismatches(join, ours, spark, ["user_id", "ts", "label"])
+
+    part = job.plan.parts[0]
+    split = find_hot_keys(part, part.query_rows(job.plan.left), part_reach(part) or 0, 150)
+    found = {hot.key: hot for hot in split.hot}
+    assert {(7,), (None,)} <= set(found)
+    assert found[(7,)].left_rows >= 400 > found[(7,)].events  # the sample is all: exact
+    assert found[(None,)].events == 0
 
 
 def test_a_hot_key_within_two_reaches_is_swept_whole_and_reported(spark: Any) -> None:

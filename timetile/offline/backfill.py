@@ -73,7 +73,8 @@ class BackfillJob:
     Construction loads the sources lazily, checks the definition against their schemas and
     counts, in one Spark job over every source, the rows that cannot be used. It raises
     before any feature work starts. It then picks each part's executor, and for a swept
-    part with more than ``max_key_events`` events, samples them for hot keys (one job).
+    part with more than ``max_key_events`` events and left rows, samples them for hot keys
+    (one job).
 
     Args:
         join: the definition.
@@ -85,10 +86,10 @@ class BackfillJob:
         partials_path: where to store and reuse hop partials between runs (a directory or
             URI); a later backfill of later days then computes only the days not stored.
             Implies the ``tiled`` executor.
-        max_key_events: on the sweep, a key with more events than this is cut into chunks
-            of time, each swept in its own task (see :mod:`timetile.offline.hot_keys`).
-            Finding such keys costs one sampled pass over a part's events, run only when
-            the part has more events than this.
+        max_key_events: on the sweep, a key with more rows than this (its events and its
+            left rows together) is cut into chunks of time, each swept in its own task (see
+            :mod:`timetile.offline.hot_keys`). Finding such keys costs one sampled pass
+            over a part's events and left rows, run only when they outnumber this.
 
     Raises:
         DefinitionError: the definition cannot work against the real schemas.
@@ -259,21 +260,29 @@ class BackfillJob:
         return paths
 
     def _find_hot_keys(self, part: PartPlan) -> None:
-        """Find the part's hot keys, if it has enough events for one and can be split.
+        """Find the part's hot keys, if it has enough rows for one and can be split.
 
-        Once per GroupBy: parts that share one (with other key mappings) share its keys.
+        Once per GroupBy: parts that share one (with other key mappings) share its keys,
+        found among its events and the left rows of all of them.
         """
         name = part.part.group_by.name
         if name in self._splits:
             return
-        events = next(source.rows - source.left_out for source in self.report.sources
-                      if source.role == name)
+        left_rows, *sources = self.report.sources  # the left rows are counted first
+        events = next(source for source in sources if source.role == name)
+        sharing = [other for other in self.plan.parts
+                   if isinstance(other, PartPlan) and other.part.group_by.name == name]
+        rows = events.usable + left_rows.usable * len(sharing)  # at most: a range keeps fewer
         reach = part_reach(part)
         self._splits[name] = None
-        if events <= self.max_key_events or reach is None:  # no hot key, or a lifetime window
+        if rows <= self.max_key_events or reach is None:  # no hot key, or a lifetime window
             return
+        left = self._kept_left()
+        queries = sharing[0].query_rows(left)
+        for other in sharing[1:]:
+            queries = queries.unionByName(other.query_rows(left))
         with self.report.stage("find hot keys"):
-            found = find_hot_keys(part, reach, self.max_key_events)
+            found = find_hot_keys(part, queries, reach, self.max_key_events)
         self.report.notes.extend(found.describe(name))
         if found.hot:
             self._splits[name] = found
@@ -424,8 +433,8 @@ def backfill(
         executor: which executor runs (see :data:`EXECUTORS`).
         partials_path: store and reuse hop partials here between runs (see
             :class:`BackfillJob`).
-        max_key_events: the sweep cuts a key with more events into chunks of time (see
-            :class:`BackfillJob`).
+        max_key_events: the sweep cuts a key with more events and left rows than this
+            into chunks of time (see :class:`BackfillJob`).
 
     Returns:
         The left rows' columns, unchanged, then one column per feature named

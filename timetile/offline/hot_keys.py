@@ -1,7 +1,8 @@
 """Hot keys: find the keys too big for one sweep task, and cut them into chunks of time.
 
-The sweep (:mod:`timetile.offline.sweep_executor`) holds all the rows of a key in one task.
-A key with more than ``max_key_events`` events is split instead: its time line is cut into
+The sweep (:mod:`timetile.offline.sweep_executor`) holds all the rows of a key in one task:
+its events and its queries (the left rows that ride the sweep). A key with more than
+``max_key_events`` such rows is split instead: its time line is cut into
 chunks of ``length`` milliseconds; a query goes to the chunk of its time, and an event to
 its own chunk and to every later chunk whose queries can still see it (those within the
 window's reach, :func:`~timetile.core.windows.window_reach`). Each (key, chunk) is swept on
@@ -12,9 +13,11 @@ least three reaches of the key's events, which for a key dense enough is over th
 A key whose events all lie within two reaches cannot be cut by time at all: it is swept
 whole, and the report says so (the tiled executor bounds it by hop instead).
 
-Finding hot keys costs one Spark job, which scans the part's events and groups a sample of
-them by key; a backfill runs it only for a part whose events outnumber ``max_key_events``,
-since no key can be hot otherwise.
+Finding hot keys costs one Spark job, which scans the part's events and left rows and groups
+a sample of them by key; a backfill runs it only for a part whose events and left rows
+together outnumber ``max_key_events``, since no key can be hot otherwise. A key can be hot
+by its left rows alone (a default or placeholder key on the left, null included): its
+queries are cut just the same.
 Parts with a lifetime window are never split: every chunk would need the whole history.
 """
 
@@ -37,34 +40,42 @@ from timetile.offline.sources import TIME
 if TYPE_CHECKING:
     from timetile.offline.plan import PartPlan
 
-#: Events one sweep task may hold for one key before the key is split. The sweep's Python
-#: worker peaks near 170 bytes per event (3.4 GB for a 20M-event key, measured with
-#: ``benchmarks/hot_key.py``), so a chunk at the limit takes about 350 MB: within the memory
-#: overhead a cluster gives a Python worker next to its JVM executor. Chunks are at least
-#: two reaches long, so a denser key gets bigger ones: in ``hot_key.py`` (20M events over
-#: 60 days, a 7-day window) a chunk and its reach hold about 7M events, 1.7 GB at the peak
-#: measured, against 3.4 GB whole.
+#: Rows (events and queries) one sweep task may hold for one key before the key is split.
+#: The sweep's Python worker peaks near 170 bytes per event (3.4 GB for a 20M-event key,
+#: measured with ``benchmarks/hot_key.py``), so a chunk at the limit takes about 350 MB:
+#: within the memory overhead a cluster gives a Python worker next to its JVM executor.
+#: Chunks are at least two reaches long, so a denser key gets bigger ones: in
+#: ``hot_key.py`` (20M events over 60 days, a 7-day window) a chunk and its reach hold about
+#: 7M events, 1.7 GB at the peak measured, against 3.4 GB whole. A key of 1M events and 10M
+#: left rows peaks at 1.1 GB cut, against 2.2 GB whole.
 DEFAULT_MAX_KEY_EVENTS = 2_000_000
 
-#: Sampled events expected from a key right at the limit: the relative error of its estimate
+#: Sampled rows expected from a key right at the limit: the relative error of its estimate
 #: is about ``1 / sqrt(SAMPLED_AT_LIMIT)``, 3%.
 SAMPLED_AT_LIMIT = 1_000
 
 #: The internal chunk column; 0 for every row of a key that is not split.
 CHUNK = "_tt_chunk"
 _CHUNK_LENGTH = "_tt_chunk_ms"
+_IS_EVENT = "_tt_is_event"
+
+#: Hot keys up to which :func:`with_chunks` finds a row's chunk length with one CASE
+#: expression (a few compiled comparisons per row); beyond it, by a broadcast join, which
+#: costs more per row: 1.5 to 3.4 s of a 24 s backfill of 20M rows in ``hot_key.py``.
+CASE_LIMIT = 64
 
 
 @dataclass(frozen=True)
 class HotKey:
-    """A key with too many events for one task, and how to cut it.
+    """A key with too many rows for one task, and how to cut it.
 
     Attributes:
         key: the key's values, in the order of the part's key columns.
         events: its events, estimated from the sample.
-        first: the earliest sampled event time (epoch ms).
-        last: the latest sampled event time.
+        first: the earliest sampled time of its events and queries (epoch ms).
+        last: the latest sampled time.
         chunk_ms: the length of its chunks of time.
+        left_rows: its left rows (queries), estimated from the sample.
 
     """
 
@@ -73,6 +84,12 @@ class HotKey:
     first: int
     last: int
     chunk_ms: int
+    left_rows: int = 0
+
+    @property
+    def rows(self) -> int:
+        """Its events and left rows: what a task holding the whole key would hold."""
+        return self.events + self.left_rows
 
     @property
     def chunks(self) -> int:
@@ -85,11 +102,11 @@ class KeySplit:
     """The hot keys of one part, and how to cut them.
 
     Attributes:
-        hot: the keys over the limit that are cut into chunks, the largest first.
+        hot: the keys over the limit that are cut into chunks, the largest (in rows) first.
         reach: how far back the part's windows reach (ms): see :func:`part_reach`.
-        key_types: the Spark types of the key columns the hot keys' values come from (the
-            events').
-        whole: keys over the limit whose sampled events all lie within one chunk (two
+        key_types: the Spark types of the key columns the hot keys' values come from: the
+            events' and queries' types, widened where one side is narrower.
+        whole: keys over the limit whose sampled rows all lie within one chunk (two
             reaches): cutting them by time would copy nearly every event, so they are swept
             whole. Reported, not split.
 
@@ -110,7 +127,7 @@ class KeySplit:
                          f"{format_duration(largest.chunk_ms)}")
         if self.whole:
             lines.append(f"{name}: {_listed(self.whole)} swept whole, each in one task: their "
-                         "events lie within twice the windows' reach, too close to cut by "
+                         "rows lie within twice the windows' reach, too close to cut by "
                          "time. executor='tiled' bounds them by hop")
         return lines
 
@@ -121,8 +138,10 @@ def _listed(keys: tuple[HotKey, ...]) -> str:
     shown = ", ".join(repr(value) if isinstance(value, str) else str(value)
                       for value in largest.key)
     shown = shown if len(largest.key) == 1 else f"({shown})"
-    return (f"{len(keys)} hot key(s) (the largest, {shown}, holds about "
-            f"{largest.events:,} events)")
+    held = f"{largest.events:,} events"
+    if largest.left_rows:
+        held += f" and {largest.left_rows:,} left rows"
+    return f"{len(keys)} hot key(s) (the largest, {shown}, holds about {held})"
 
 
 def part_reach(plan: PartPlan) -> int | None:
@@ -133,10 +152,10 @@ def part_reach(plan: PartPlan) -> int | None:
     return max((reach for reach in reaches if reach is not None), default=0)
 
 
-def chunk_length(events: int, first: int, last: int, reach: int, max_events: int) -> int:
-    """Return a chunk length that holds about ``max_events`` events, the reach included.
+def chunk_length(rows: int, first: int, last: int, reach: int, max_rows: int) -> int:
+    """Return a chunk length that holds about ``max_rows`` rows, the reach included.
 
-    Events are taken as spread evenly over ``[first, last]``. The chunk is at least twice
+    Rows are taken as spread evenly over ``[first, last]``. The chunk is at least twice
     the reach, so that an event is copied into 1 + reach / length ≤ 1.5 chunks on average:
     a key too dense for that gets chunks over the limit rather than more copies. The length
     is rounded up to a whole unit (day, hour, minute, second) of at most a tenth of it.
@@ -147,64 +166,98 @@ def chunk_length(events: int, first: int, last: int, reach: int, max_events: int
     14
     """
     span = max(last - first, 1)
-    per_ms = events / span
-    length = max(math.floor(max_events / per_ms) - reach, 2 * reach, 1)
+    per_ms = rows / span
+    length = max(math.floor(max_rows / per_ms) - reach, 2 * reach, 1)
     unit = next((size for size in sorted(UNIT_MS.values(), reverse=True)
                  if 10 * size <= length), 1)
     return -(-length // unit) * unit  # up to a round length (10% at most), for the report
 
 
-def find_hot_keys(plan: PartPlan, reach: int, max_events: int, *, seed: int = 0) -> KeySplit:
-    """Find the part's keys with more than ``max_events`` events, from a sample.
+def find_hot_keys(plan: PartPlan, queries: DataFrame | None, reach: int, max_rows: int, *,
+                  seed: int = 0) -> KeySplit:
+    """Find the part's keys with more than ``max_rows`` events and queries, from a sample.
 
-    One Spark job: a Bernoulli sample of the events, rated so that a key at the limit is
-    expected to show :data:`SAMPLED_AT_LIMIT` times, grouped by key. Only the keys over the
-    limit come back to the driver: about ``events / max_events`` rows at most. The estimate
-    is the sampled count over the rate; a miss costs only speed, never a wrong result. The
-    chunk length takes a key's events as spread evenly over its sampled span, so a key with
-    bursts gets chunks of uneven size.
+    ``queries`` holds the part's key columns and :data:`TIME` of every left row that asks
+    the part (duplicates kept: each rides the sweep), or None to count events only.
+
+    One Spark job: a Bernoulli sample of the events and queries, rated so that a key at the
+    limit is expected to show :data:`SAMPLED_AT_LIMIT` times, grouped by key. Only the keys
+    over the limit come back to the driver: about ``rows / max_rows`` of them at most. The
+    estimates are the sampled counts over the rate; a miss costs only speed, never a wrong
+    result. The chunk length takes a key's rows as spread evenly over its sampled span, so a
+    key with bursts gets chunks of uneven size.
     """
-    rate = min(1.0, SAMPLED_AT_LIMIT / max_events)
-    sampled = plan.events.select(*plan.keys, TIME).where(F.rand(seed) < rate)
-    rows = (sampled.groupBy(*plan.keys)
-            .agg(F.count(F.lit(1)).alias("_n"), F.min(TIME).alias("_first"),
-                 F.max(TIME).alias("_last"))
-            .where(F.col("_n") > max_events * rate)
-            .collect())  # the hot keys only: few rows
+    rate = min(1.0, SAMPLED_AT_LIMIT / max_rows)
+    rows = plan.events.select(*plan.keys, TIME, F.lit(True).alias(_IS_EVENT))
+    if queries is not None:  # the union widens a key that is narrower on one side
+        rows = rows.unionByName(queries.select(*plan.keys, TIME, F.lit(False).alias(_IS_EVENT)))
+    sampled = rows.where(F.rand(seed) < rate)
+    key_types = tuple(sampled.schema[key].dataType for key in plan.keys)
     found = []
-    for row in rows:
-        events = round(row["_n"] / rate)
+    for row in (sampled.groupBy(*plan.keys)
+                .agg(F.count(F.lit(1)).alias("_n"), F.count_if(F.col(_IS_EVENT)).alias("_events"),
+                     F.min(TIME).alias("_first"), F.max(TIME).alias("_last"))
+                .where(F.col("_n") > max_rows * rate)
+                .collect()):  # the hot keys only: few rows
+        total, events = round(row["_n"] / rate), round(row["_events"] / rate)
         first, last = int(row["_first"]), int(row["_last"])
         found.append(HotKey(tuple(row[key] for key in plan.keys), events, first, last,
-                            chunk_length(events, first, last, reach, max_events)))
-    found.sort(key=lambda hot: -hot.events)
+                            chunk_length(total, first, last, reach, max_rows),
+                            left_rows=total - events))
+    found.sort(key=lambda hot: -hot.rows)
     return KeySplit(tuple(hot for hot in found if hot.last - hot.first >= hot.chunk_ms), reach,
-                    tuple(plan.events.schema[key].dataType for key in plan.keys),
+                    key_types,
                     tuple(hot for hot in found if hot.last - hot.first < hot.chunk_ms))
 
 
-def with_chunks(rows: DataFrame, keys: Sequence[str], split: KeySplit,
-                is_event: Column) -> DataFrame:
+def with_chunks(rows: DataFrame, keys: Sequence[str], split: KeySplit, is_event: Column, *,
+                case_limit: int = CASE_LIMIT) -> DataFrame:
     """Add :data:`CHUNK` to the sweep's union of events and queries, copying events.
 
     A query of a hot key gets the chunk of its time; an event of a hot key one row per chunk
     that can see it, from its own to the chunk of ``time + reach``. Rows of other keys get
-    chunk 0. The hot keys' chunk lengths arrive by a broadcast join on the keys, which
-    compares across the integer widths that a left key and an event key may differ by.
+    chunk 0. Keys compare as ``<=>`` does (null to null, NaN to NaN), across the integer
+    widths that a left key and an event key may differ by. The hot keys' chunk lengths come
+    from a CASE expression when they number at most ``case_limit``, else from a broadcast
+    join; both give the same rows.
     """
-    spark = rows.sparkSession
-    schema = T.StructType([*(T.StructField(key, kind) for key, kind in
-                             zip(keys, split.key_types, strict=True)),
-                           T.StructField(_CHUNK_LENGTH, T.LongType(), False)])
-    lengths = (spark.createDataFrame([(*hot.key, hot.chunk_ms) for hot in split.hot], schema)
-               .dropDuplicates(list(keys)))  # a key twice would copy its rows
-    joined = rows.join(F.broadcast(lengths), on=list(keys), how="left")
+    if len(split.hot) <= case_limit:
+        length: Column = F.lit(None).cast("long")
+        for hot in reversed(split.hot):
+            length = F.when(_same_key(keys, hot.key, split.key_types), F.lit(hot.chunk_ms)
+                            ).otherwise(length)
+        keyed = rows.withColumn(_CHUNK_LENGTH, length)
+    else:
+        keyed = _joined_lengths(rows, keys, split)
     own = _chunk_of(f"`{TIME}`")
     chunks = F.when(F.col(_CHUNK_LENGTH).isNull(), F.array(F.lit(0).cast("long"))).when(
         is_event, F.sequence(own, _chunk_of(f"(`{TIME}` + {split.reach})"))
     ).otherwise(F.array(own))
-    return (joined.withColumn(CHUNK, F.explode(chunks))
-            .select(*rows.columns, CHUNK))
+    return keyed.withColumn(CHUNK, F.explode(chunks)).select(*rows.columns, CHUNK)
+
+
+def _same_key(keys: Sequence[str], value: tuple[object, ...],
+              types: tuple[T.DataType, ...]) -> Column:
+    """Return a column true where the row's ``keys`` equal ``value`` (null-safe)."""
+    same = F.lit(True)
+    for key, part, kind in zip(keys, value, types, strict=True):
+        same &= F.col(key).eqNullSafe(F.lit(part).cast(kind))
+    return same
+
+
+def _joined_lengths(rows: DataFrame, keys: Sequence[str], split: KeySplit) -> DataFrame:
+    """Return ``rows`` with the chunk length of each hot key's rows, by a broadcast join."""
+    renamed = [f"_tt_hot_{index}" for index in range(len(keys))]
+    schema = T.StructType([*(T.StructField(name, kind) for name, kind in
+                             zip(renamed, split.key_types, strict=True)),
+                           T.StructField(_CHUNK_LENGTH, T.LongType(), False)])
+    lengths = (rows.sparkSession.createDataFrame(
+        [(*hot.key, hot.chunk_ms) for hot in split.hot], schema)
+        .dropDuplicates(renamed))  # a key twice would copy its rows
+    on = F.lit(True)
+    for key, name in zip(keys, renamed, strict=True):
+        on &= rows[key].eqNullSafe(lengths[name])
+    return rows.join(F.broadcast(lengths), on=on, how="left").drop(*renamed)
 
 
 def _chunk_of(time: str) -> Column:

@@ -121,6 +121,10 @@ class PartPlan:
         """Return the distinct (keys, as-of time) queries that ``left`` asks of this part."""
         return part_queries(self, left)
 
+    def query_rows(self, left: DataFrame) -> DataFrame:
+        """Return the (keys, as-of time) of each timed row of ``left``, duplicates kept."""
+        return part_query_rows(self, left)
+
 
 @dataclass(frozen=True)
 class EntityPartPlan:
@@ -186,10 +190,15 @@ def as_of(time: Column, floors: tuple[int, ...]) -> Column:
 
 def part_queries(plan: AnyPartPlan, left: DataFrame) -> DataFrame:
     """Return the distinct (keys, as-of time) queries that ``left`` asks of a part."""
+    return part_query_rows(plan, left).distinct()
+
+
+def part_query_rows(plan: AnyPartPlan, left: DataFrame) -> DataFrame:
+    """Return the (keys, as-of time) of each row of ``left`` with a time, duplicates kept."""
     columns = [F.col(left_key).alias(key)
                for left_key, key in zip(plan.part.left_keys, plan.keys, strict=True)]
-    return (left.where(F.col(TIME).isNotNull())
-            .select(*columns, plan.as_of(F.col(TIME)).alias(TIME)).distinct())
+    return left.where(F.col(TIME).isNotNull()).select(*columns,
+                                                      plan.as_of(F.col(TIME)).alias(TIME))
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,11 @@ class SourceCounts:
         """Rows this source could not use."""
         return self.without_time + self.without_key
 
+    @property
+    def usable(self) -> int:
+        """Rows this source could use."""
+        return self.rows - self.left_out
+
 
 @dataclass
 class JobReport:
