@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from timetile.offline.hot_keys import (
     chunk_length,
     find_hot_keys,
     part_reach,
+    rows_per_ms,
     with_chunks,
 )
 from timetile.offline.plan import ExecutorOptions, plan_backfill
@@ -85,8 +87,8 @@ def test_every_chunk_that_can_see_an_event_gets_a_copy(spark: Any, case_limit: i
 
 
 def test_chunks_are_at_least_twice_the_reach() -> None:
-    assert chunk_length(10**9, 0, DAY_MS, HOUR_MS, 1000) == 2 * HOUR_MS  # too dense
-    assert chunk_length(1000, 0, 100 * DAY_MS, DAY_MS, 100) == 9 * DAY_MS  # 100 events/chunk
+    assert chunk_length(rows_per_ms(10**9, 0, DAY_MS), HOUR_MS, 1000) == 2 * HOUR_MS  # dense
+    assert chunk_length(rows_per_ms(1000, 0, 100 * DAY_MS), DAY_MS, 100) == 9 * DAY_MS
 
 
 def boundary_frames(spark: Any, chunk: int) -> tuple[Any, Any]:
@@ -146,7 +148,7 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
     assert not bad, bad[:10]
 
     part = job.plan.parts[0]
-    split = find_hot_keys(part, None, part_reach(part) or 0, 150)
+    split = find_hot_keys(part, [], part_reach(part) or 0, 150)
     counts = table.group_by("user_id").aggregate([("ts", "count")]).to_pylist()
     over = {row["user_id"] for row in counts if row["ts_count"] > 150}
     assert {hot.key[0] for hot in split.hot} <= over  # a sample of all: exact counts
@@ -172,7 +174,7 @@ def test_a_key_hot_by_its_left_rows_is_cut_too(spark: Any) -> None:
     assert not mismatches(join, ours, spark, ["user_id", "ts", "label"])
 
     part = job.plan.parts[0]
-    split = find_hot_keys(part, part.query_rows(job.plan.left), part_reach(part) or 0, 150)
+    split = find_hot_keys(part, [part.query_rows(job.plan.left)], part_reach(part) or 0, 150)
     found = {hot.key: hot for hot in split.hot}
     assert {(7,), (None,)} <= set(found)
     assert found[(7,)].left_rows >= 400 > found[(7,)].events  # the sample is all: exact
@@ -220,3 +222,99 @@ def test_a_non_positive_limit_is_refused(spark: Any) -> None:
     join = tt.Join("j", tt.EventSource(events.select("user_id", "ts")), [group_by])
     with pytest.raises(ValueError, match="max_key_events"):
         tt.BackfillJob(join, spark, max_key_events=0)
+
+
+def hot_key_part(spark: Any, events: list[tuple], left: list[tuple], *,
+                 accuracy: tt.Accuracy = tt.Accuracy.TEMPORAL) -> tt.Join:
+    """A join of (user_id, ts, amount) events and (user_id, ts, label) left rows, 1h windows."""
+    group_by = tt.GroupBy("g", tt.EventSource(spark.createDataFrame(
+        events, "user_id long, ts long, amount double")), ["user_id"],
+        [tt.Aggregation("amount", op, windows=["1h"]) for op in ("count", "sum")],
+        accuracy=accuracy)
+    return tt.Join("j", tt.EventSource(spark.createDataFrame(
+        left, "user_id long, ts long, label double")), [group_by])
+
+
+def test_a_burst_of_events_is_cut_by_its_own_density(spark: Any) -> None:
+    """Events in one day and a few left rows over 60 days: the chunks follow the events'
+    density, not the whole span's (which would hold every event in one chunk)."""
+    rng = np.random.default_rng(58)
+    events = [(1, BASE + int(t), 1.0) for t in rng.integers(0, DAY_MS, 3000)]
+    left = [(1, BASE + int(t), 0.0) for t in rng.integers(-30 * DAY_MS, 30 * DAY_MS, 40)]
+    join = hot_key_part(spark, events, left)
+    job = tt.BackfillJob(join, spark, max_key_events=500)
+    part = job.plan.parts[0]
+    split = find_hot_keys(part, [part.query_rows(job.plan.left)], part_reach(part) or 0, 500)
+    assert [hot.key for hot in split.hot] == [(1,)]
+    assert split.hot[0].chunk_ms <= 4 * HOUR_MS  # 500 rows of 3,000 a day, less the reach
+    assert not mismatches(join, job.dataframe(), spark, ["ts", "label"])
+
+
+@pytest.mark.parametrize("case_limit", [CASE_LIMIT, 0])
+def test_timestamp_keys_find_their_chunks_in_any_driver_time_zone(
+        spark: Any, monkeypatch: pytest.MonkeyPatch, case_limit: int) -> None:
+    """A timestamp key in New York's repeated hour and a timestamp without time zone, found
+    and cut while the driver's zone is not the session's: their rows still meet their
+    chunk length (a Python datetime would lose the fold, or move the NTZ value)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        repeated = 1_730_615_400_000  # 2024-11-03T06:30Z: the second 01:30 in New York
+        rows = spark.createDataFrame(
+            [(repeated * 1000, "2024-11-03 01:30:00", BASE + i * 60_000, float(i))
+             for i in range(300)], "u long, n string, _tt_time long, v double").select(
+            F.timestamp_micros("u").alias("u"), F.col("n").cast("timestamp_ntz").alias("n"),
+            "_tt_time", "v")
+        rows = rows.unionByName(rows.withColumn("u", F.col("u") + F.expr("INTERVAL 1 HOUR")))
+        part = tt.GroupBy("g", tt.EventSource(rows.withColumnRenamed("_tt_time", "ts")),
+                          ["u", "n"], [tt.Aggregation("v", "sum", windows=["1h"])])
+        plan = plan_backfill(tt.Join("j", tt.EventSource(rows.select(
+            "u", "n", F.col("_tt_time").alias("ts"))), [part]), spark).parts[0]
+        split = find_hot_keys(plan, [], HOUR_MS, 100)
+        assert len(split.hot) == 2
+        keyed = rows.select(F.col("u").alias(plan.keys[0]), F.col("n").alias(plan.keys[1]),
+                            "_tt_time", "v")
+        chunked = with_chunks(keyed, plan.keys, split, F.col("v").isNotNull(),
+                              case_limit=case_limit)
+        assert chunked.where(F.col(CHUNK) == 0).count() == 0  # BASE is far from 0
+        assert "2024-11-03T06:30:00.000Z" in " ".join(split.describe("g"))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_distinct_queries_count_when_the_sweep_gets_distinct_queries(spark: Any) -> None:
+    """Under SNAPSHOT the sweep gets each (key, day) query once, so 400 left rows of one key
+    on two days are 2 queries, not a hot key."""
+    rng = np.random.default_rng(59)
+    events = [(7, BASE + int(t), 1.0) for t in rng.integers(0, 4 * DAY_MS, 30)]
+    left = [(7, BASE + int(t), 0.5) for t in rng.integers(2 * DAY_MS, 4 * DAY_MS, 400)]
+    join = hot_key_part(spark, events, left, accuracy=tt.Accuracy.SNAPSHOT)
+    job = tt.BackfillJob(join, spark, max_key_events=150)
+    assert "find hot keys" in job.report.stage_seconds
+    assert not any("hot key" in note for note in job.report.notes)
+    assert not mismatches(join, job.dataframe(), spark, ["ts", "label"])
+
+
+def test_parts_sharing_a_group_by_are_counted_one_sweep_at_a_time(spark: Any) -> None:
+    """Two parts ask key 7 of one GroupBy 80 times each: each sweep holds 110 rows of it,
+    under a limit of 150, so nothing is cut; at 100 it is, and still equals the oracle."""
+    rng = np.random.default_rng(60)
+    events = spark.createDataFrame([(7, BASE + int(t), 1.0)
+                                    for t in rng.integers(0, 7 * DAY_MS, 30)],
+                                   "user_id long, ts long, amount double")
+    left = spark.createDataFrame([(7, 7, BASE + int(t), float(i)) for i, t in
+                                  enumerate(rng.integers(0, 7 * DAY_MS, 80))],
+                                 "guest_id long, host_id long, ts long, label double")
+    group_by = tt.GroupBy("g", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["1h"])])
+    join = tt.Join("j", tt.EventSource(left), [
+        tt.JoinPart(group_by, prefix="guest", key_mapping={"guest_id": "user_id"}),
+        tt.JoinPart(group_by, prefix="host", key_mapping={"host_id": "user_id"})])
+    for limit, cut in ((150, False), (100, True)):
+        job = tt.BackfillJob(join, spark, max_key_events=limit)
+        notes = [note for note in job.report.notes if "hot key" in note]
+        assert bool(notes) is cut, notes
+        if cut:
+            assert "30 events and 80 left rows" in notes[0]
+        assert not mismatches(join, job.dataframe(), spark, ["ts", "label"])

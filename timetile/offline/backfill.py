@@ -227,7 +227,7 @@ class BackfillJob:
             options = self.options
             if path == "sweep":
                 options = replace(options, key_split=self._splits.get(part.part.group_by.name))
-            if path == "sweep" and not part.floors and _arrow_compatible(result):
+            if path == "sweep" and _rides(part, result):
                 result = self._swept(part, result, options, carry_untimed=carry_untimed)
             else:
                 result = self._joined(EXECUTORS[path](part, part.queries(left), options), part,
@@ -263,24 +263,23 @@ class BackfillJob:
         """Find the part's hot keys, if it has enough rows for one and can be split.
 
         Once per GroupBy: parts that share one (with other key mappings) share its keys,
-        found among its events and the left rows of all of them.
+        found among its events and the queries each of them sends to its own sweep.
         """
         name = part.part.group_by.name
         if name in self._splits:
             return
         left_rows, *sources = self.report.sources  # the left rows are counted first
         events = next(source for source in sources if source.role == name)
-        sharing = [other for other in self.plan.parts
-                   if isinstance(other, PartPlan) and other.part.group_by.name == name]
-        rows = events.usable + left_rows.usable * len(sharing)  # at most: a range keeps fewer
         reach = part_reach(part)
         self._splits[name] = None
-        if rows <= self.max_key_events or reach is None:  # no hot key, or a lifetime window
-            return
-        left = self._kept_left()
-        queries = sharing[0].query_rows(left)
-        for other in sharing[1:]:
-            queries = queries.unionByName(other.query_rows(left))
+        if events.usable + left_rows.usable <= self.max_key_events or reach is None:
+            return  # no key can be hot, or a lifetime window
+        left = self._kept_left()  # each part's sweep gets its left rows, or its distinct
+        # queries where they cannot ride (dataframe() asks _rides of them with the columns
+        # of earlier parts added, which are Arrow's own types)
+        queries = [other.query_rows(left) if _rides(other, left) else other.queries(left)
+                   for other in self.plan.parts
+                   if isinstance(other, PartPlan) and other.part.group_by.name == name]
         with self.report.stage("find hot keys"):
             found = find_hot_keys(part, queries, reach, self.max_key_events)
         self.report.notes.extend(found.describe(name))
@@ -350,6 +349,14 @@ class BackfillJob:
         with self.report.stage("count queries"):
             small = queries.limit(BROADCAST_QUERY_LIMIT + 1).count() <= BROADCAST_QUERY_LIMIT
         return "interval_tree" if small else "tiled"
+
+
+def _rides(part: PartPlan, rows: DataFrame) -> bool:
+    """Whether ``rows`` can ride a sweep of ``part`` themselves, duplicates and all.
+
+    Else the sweep gets the part's distinct queries and its features are joined back.
+    """
+    return not part.floors and _arrow_compatible(rows)
 
 
 def _arrow_compatible(frame: DataFrame) -> bool:

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from timetile.api.windows import window_spec
-from timetile.core.timeutil import UNIT_MS, format_duration
+from timetile.core.timeutil import UNIT_MS, format_duration, ms_to_iso
 from timetile.core.windows import window_reach
 from timetile.offline.sources import TIME
 
@@ -57,7 +57,7 @@ SAMPLED_AT_LIMIT = 1_000
 #: The internal chunk column; 0 for every row of a key that is not split.
 CHUNK = "_tt_chunk"
 _CHUNK_LENGTH = "_tt_chunk_ms"
-_IS_EVENT = "_tt_is_event"
+_SIDE = "_tt_side"  # in the search: -1 for an event, else the index of the query set
 
 #: Hot keys up to which :func:`with_chunks` finds a row's chunk length with one CASE
 #: expression (a few compiled comparisons per row); beyond it, by a broadcast join, which
@@ -70,12 +70,15 @@ class HotKey:
     """A key with too many rows for one task, and how to cut it.
 
     Attributes:
-        key: the key's values, in the order of the part's key columns.
+        key: the key's values, in the order of the part's key columns, as Spark compares
+            them: a timestamp as epoch microseconds, a timestamp without time zone as its
+            text (see :func:`key_literal`); other types as they come.
         events: its events, estimated from the sample.
         first: the earliest sampled time of its events and queries (epoch ms).
         last: the latest sampled time.
         chunk_ms: the length of its chunks of time.
-        left_rows: its left rows (queries), estimated from the sample.
+        left_rows: its queries (left rows) in the sweep that gets the most of them,
+            estimated from the sample.
 
     """
 
@@ -88,7 +91,7 @@ class HotKey:
 
     @property
     def rows(self) -> int:
-        """Its events and left rows: what a task holding the whole key would hold."""
+        """Its events and queries: what a sweep task holding the whole key would hold."""
         return self.events + self.left_rows
 
     @property
@@ -104,8 +107,8 @@ class KeySplit:
     Attributes:
         hot: the keys over the limit that are cut into chunks, the largest (in rows) first.
         reach: how far back the part's windows reach (ms): see :func:`part_reach`.
-        key_types: the Spark types of the key columns the hot keys' values come from: the
-            events' and queries' types, widened where one side is narrower.
+        key_types: the Spark types of the key columns: the events' and queries' types,
+            widened where one side is narrower.
         whole: keys over the limit whose sampled rows all lie within one chunk (two
             reaches): cutting them by time would copy nearly every event, so they are swept
             whole. Reported, not split.
@@ -122,26 +125,63 @@ class KeySplit:
         lines = []
         if self.hot:
             largest = self.hot[0]
-            lines.append(f"{name}: {_listed(self.hot)} swept in chunks of time; the largest "
+            lines.append(f"{name}: {self._listed(self.hot)} swept in chunks of time; the largest "
                          f"cut into {largest.chunks} chunks of "
                          f"{format_duration(largest.chunk_ms)}")
         if self.whole:
-            lines.append(f"{name}: {_listed(self.whole)} swept whole, each in one task: their "
+            lines.append(f"{name}: {self._listed(self.whole)} swept whole, each in one task: their "
                          "rows lie within twice the windows' reach, too close to cut by "
                          "time. executor='tiled' bounds them by hop")
         return lines
 
+    def _listed(self, keys: tuple[HotKey, ...]) -> str:
+        """Count hot keys and name the largest (the first) for the report."""
+        largest = keys[0]
+        shown = ", ".join(_shown(value, kind)
+                          for value, kind in zip(largest.key, self.key_types, strict=True))
+        shown = shown if len(largest.key) == 1 else f"({shown})"
+        held = f"{largest.events:,} events"
+        if largest.left_rows:
+            held += f" and {largest.left_rows:,} left rows"
+        return f"{len(keys)} hot key(s) (the largest, {shown}, holds about {held})"
 
-def _listed(keys: tuple[HotKey, ...]) -> str:
-    """Count hot keys and name the largest (the first) for the report."""
-    largest = keys[0]
-    shown = ", ".join(repr(value) if isinstance(value, str) else str(value)
-                      for value in largest.key)
-    shown = shown if len(largest.key) == 1 else f"({shown})"
-    held = f"{largest.events:,} events"
-    if largest.left_rows:
-        held += f" and {largest.left_rows:,} left rows"
-    return f"{len(keys)} hot key(s) (the largest, {shown}, holds about {held})"
+
+def _shown(value: object, kind: T.DataType) -> str:
+    """Return one part of a hot key as the report shows it."""
+    if value is None:
+        return "null"
+    if isinstance(kind, T.TimestampType) and isinstance(value, int):
+        return ms_to_iso(value // 1000)
+    if isinstance(value, str) and not isinstance(kind, T.TimestampNTZType):
+        return repr(value)
+    return str(value)
+
+
+def _exact_type(kind: T.DataType) -> T.DataType:
+    """Return the type a key part is collected as: one that survives the trip to Python.
+
+    A timestamp becomes epoch microseconds (a Python datetime loses the fold of a repeated
+    daylight-saving hour), and a timestamp without time zone its text (a literal from a
+    naive datetime would be read in the driver's zone).
+    """
+    if isinstance(kind, T.TimestampType):
+        return T.LongType()
+    if isinstance(kind, T.TimestampNTZType):
+        return T.StringType()
+    return kind
+
+
+def _collected(column: str, kind: T.DataType) -> Column:
+    """Return a key column as :func:`_exact_type` collects it."""
+    if isinstance(kind, T.TimestampType):
+        return F.unix_micros(F.col(column))
+    return F.col(column).cast(_exact_type(kind))
+
+
+def key_literal(value: Column, kind: T.DataType) -> Column:
+    """Return a collected key part (see :func:`_exact_type`) as a value of ``kind`` again."""
+    value = value.cast(_exact_type(kind))
+    return F.timestamp_micros(value) if isinstance(kind, T.TimestampType) else value.cast(kind)
 
 
 def part_reach(plan: PartPlan) -> int | None:
@@ -152,62 +192,86 @@ def part_reach(plan: PartPlan) -> int | None:
     return max((reach for reach in reaches if reach is not None), default=0)
 
 
-def chunk_length(rows: int, first: int, last: int, reach: int, max_rows: int) -> int:
+def rows_per_ms(rows: int, first: int | None, last: int | None) -> float:
+    """Return the density of ``rows`` spread evenly over ``[first, last]`` (0 without rows).
+
+    >>> rows_per_ms(500, 0, 1000), rows_per_ms(0, None, None)
+    (0.5, 0.0)
+    """
+    if not rows or first is None or last is None:
+        return 0.0
+    return rows / max(last - first, 1)
+
+
+def chunk_length(per_ms: float, reach: int, max_rows: int) -> int:
     """Return a chunk length that holds about ``max_rows`` rows, the reach included.
 
-    Rows are taken as spread evenly over ``[first, last]``. The chunk is at least twice
+    The key is taken to hold ``per_ms`` rows per millisecond. The chunk is at least twice
     the reach, so that an event is copied into 1 + reach / length ≤ 1.5 chunks on average:
     a key too dense for that gets chunks over the limit rather than more copies. The length
     is rounded up to a whole unit (day, hour, minute, second) of at most a tenth of it.
 
-    >>> chunk_length(20_000_000, 0, 60 * 86_400_000, 86_400_000, 2_000_000) // 86_400_000
+    >>> per_ms = rows_per_ms(20_000_000, 0, 60 * 86_400_000)  # 20M rows over 60 days
+    >>> chunk_length(per_ms, 86_400_000, 2_000_000) // 86_400_000
     5
-    >>> chunk_length(20_000_000, 0, 60 * 86_400_000, 7 * 86_400_000, 2_000_000) // 86_400_000
+    >>> chunk_length(per_ms, 7 * 86_400_000, 2_000_000) // 86_400_000
     14
     """
-    span = max(last - first, 1)
-    per_ms = rows / span
     length = max(math.floor(max_rows / per_ms) - reach, 2 * reach, 1)
     unit = next((size for size in sorted(UNIT_MS.values(), reverse=True)
                  if 10 * size <= length), 1)
     return -(-length // unit) * unit  # up to a round length (10% at most), for the report
 
 
-def find_hot_keys(plan: PartPlan, queries: DataFrame | None, reach: int, max_rows: int, *,
-                  seed: int = 0) -> KeySplit:
-    """Find the part's keys with more than ``max_rows`` events and queries, from a sample.
+def find_hot_keys(plan: PartPlan, queries: Sequence[DataFrame], reach: int, max_rows: int,
+                  *, seed: int = 0) -> KeySplit:
+    """Find the part's keys with more than ``max_rows`` rows in one sweep, from a sample.
 
-    ``queries`` holds the part's key columns and :data:`TIME` of every left row that asks
-    the part (duplicates kept: each rides the sweep), or None to count events only.
+    ``queries`` holds, for each sweep of these events (each part that shares the GroupBy),
+    the key columns and :data:`TIME` of the queries it receives: every left row that rides
+    it, duplicates kept, or its distinct queries. A key's rows in a sweep are its events and
+    its queries there; it is hot when they exceed ``max_rows`` in any one sweep.
 
     One Spark job: a Bernoulli sample of the events and queries, rated so that a key at the
     limit is expected to show :data:`SAMPLED_AT_LIMIT` times, grouped by key. Only the keys
     over the limit come back to the driver: about ``rows / max_rows`` of them at most. The
     estimates are the sampled counts over the rate; a miss costs only speed, never a wrong
-    result. The chunk length takes a key's rows as spread evenly over its sampled span, so a
-    key with bursts gets chunks of uneven size.
+    result. The chunk length takes a key's events as spread evenly over their sampled span,
+    and its queries over theirs, so a key with bursts gets chunks of uneven size.
     """
     rate = min(1.0, SAMPLED_AT_LIMIT / max_rows)
-    rows = plan.events.select(*plan.keys, TIME, F.lit(True).alias(_IS_EVENT))
-    if queries is not None:  # the union widens a key that is narrower on one side
-        rows = rows.unionByName(queries.select(*plan.keys, TIME, F.lit(False).alias(_IS_EVENT)))
-    sampled = rows.where(F.rand(seed) < rate)
+    tagged = plan.events.select(*plan.keys, TIME, F.lit(-1).alias(_SIDE))
+    for index, asked in enumerate(queries):  # the union widens a narrower key
+        tagged = tagged.unionByName(asked.select(*plan.keys, TIME, F.lit(index).alias(_SIDE)))
+    sampled = tagged.where(F.rand(seed) < rate)
     key_types = tuple(sampled.schema[key].dataType for key in plan.keys)
+    is_event = F.col(_SIDE) == -1
+    counts = [F.count_if(F.col(_SIDE) == index) for index in range(len(queries))] or [F.lit(0)]
+    most_asked = counts[0] if len(counts) == 1 else F.greatest(*counts)  # the fullest sweep
     found = []
-    for row in (sampled.groupBy(*plan.keys)
-                .agg(F.count(F.lit(1)).alias("_n"), F.count_if(F.col(_IS_EVENT)).alias("_events"),
-                     F.min(TIME).alias("_first"), F.max(TIME).alias("_last"))
-                .where(F.col("_n") > max_rows * rate)
+    for row in (sampled.groupBy(*(_collected(key, kind).alias(key)
+                                  for key, kind in zip(plan.keys, key_types, strict=True)))
+                .agg(F.count_if(is_event).alias("_events"), most_asked.alias("_asked"),
+                     F.min(TIME).alias("_first"), F.max(TIME).alias("_last"),
+                     *_span(is_event, "_events"), *_span(~is_event, "_asked"))
+                .where(F.col("_events") + F.col("_asked") > max_rows * rate)
                 .collect()):  # the hot keys only: few rows
-        total, events = round(row["_n"] / rate), round(row["_events"] / rate)
+        events, queried = round(row["_events"] / rate), round(row["_asked"] / rate)
+        per_ms = (rows_per_ms(events, row["_events_first"], row["_events_last"])
+                  + rows_per_ms(queried, row["_asked_first"], row["_asked_last"]))
         first, last = int(row["_first"]), int(row["_last"])
         found.append(HotKey(tuple(row[key] for key in plan.keys), events, first, last,
-                            chunk_length(total, first, last, reach, max_rows),
-                            left_rows=total - events))
+                            chunk_length(per_ms, reach, max_rows), left_rows=queried))
     found.sort(key=lambda hot: -hot.rows)
     return KeySplit(tuple(hot for hot in found if hot.last - hot.first >= hot.chunk_ms), reach,
                     key_types,
                     tuple(hot for hot in found if hot.last - hot.first < hot.chunk_ms))
+
+
+def _span(where: Column, name: str) -> list[Column]:
+    """Return the first and last :data:`TIME` of the rows ``where`` holds, as aggregates."""
+    return [F.min(F.when(where, F.col(TIME))).alias(f"{name}_first"),
+            F.max(F.when(where, F.col(TIME))).alias(f"{name}_last")]
 
 
 def with_chunks(rows: DataFrame, keys: Sequence[str], split: KeySplit, is_event: Column, *,
@@ -241,19 +305,22 @@ def _same_key(keys: Sequence[str], value: tuple[object, ...],
     """Return a column true where the row's ``keys`` equal ``value`` (null-safe)."""
     same = F.lit(True)
     for key, part, kind in zip(keys, value, types, strict=True):
-        same &= F.col(key).eqNullSafe(F.lit(part).cast(kind))
+        same &= F.col(key).eqNullSafe(key_literal(F.lit(part), kind))
     return same
 
 
 def _joined_lengths(rows: DataFrame, keys: Sequence[str], split: KeySplit) -> DataFrame:
     """Return ``rows`` with the chunk length of each hot key's rows, by a broadcast join."""
     renamed = [f"_tt_hot_{index}" for index in range(len(keys))]
-    schema = T.StructType([*(T.StructField(name, kind) for name, kind in
+    schema = T.StructType([*(T.StructField(name, _exact_type(kind)) for name, kind in
                              zip(renamed, split.key_types, strict=True)),
                            T.StructField(_CHUNK_LENGTH, T.LongType(), False)])
-    lengths = (rows.sparkSession.createDataFrame(
+    collected = rows.sparkSession.createDataFrame(
         [(*hot.key, hot.chunk_ms) for hot in split.hot], schema)
-        .dropDuplicates(renamed))  # a key twice would copy its rows
+    lengths = collected.select(
+        *(key_literal(F.col(name), kind).alias(name)
+          for name, kind in zip(renamed, split.key_types, strict=True)),
+        _CHUNK_LENGTH).dropDuplicates(renamed)  # a key twice would copy its rows
     on = F.lit(True)
     for key, name in zip(keys, renamed, strict=True):
         on &= rows[key].eqNullSafe(lengths[name])
