@@ -224,7 +224,7 @@ def test_a_non_positive_limit_is_refused(spark: Any) -> None:
         tt.BackfillJob(join, spark, max_key_events=0)
 
 
-def hot_key_part(spark: Any, events: list[tuple], left: list[tuple], *,
+def one_key_join(spark: Any, events: list[tuple], left: list[tuple], *,
                  accuracy: tt.Accuracy = tt.Accuracy.TEMPORAL) -> tt.Join:
     """A join of (user_id, ts, amount) events and (user_id, ts, label) left rows, 1h windows."""
     group_by = tt.GroupBy("g", tt.EventSource(spark.createDataFrame(
@@ -241,7 +241,7 @@ def test_a_burst_of_events_is_cut_by_its_own_density(spark: Any) -> None:
     rng = np.random.default_rng(58)
     events = [(1, BASE + int(t), 1.0) for t in rng.integers(0, DAY_MS, 3000)]
     left = [(1, BASE + int(t), 0.0) for t in rng.integers(-30 * DAY_MS, 30 * DAY_MS, 40)]
-    join = hot_key_part(spark, events, left)
+    join = one_key_join(spark, events, left)
     job = tt.BackfillJob(join, spark, max_key_events=500)
     part = job.plan.parts[0]
     split = find_hot_keys(part, [part.query_rows(job.plan.left)], part_reach(part) or 0, 500)
@@ -289,7 +289,7 @@ def test_distinct_queries_count_when_the_sweep_gets_distinct_queries(spark: Any)
     rng = np.random.default_rng(59)
     events = [(7, BASE + int(t), 1.0) for t in rng.integers(0, 4 * DAY_MS, 30)]
     left = [(7, BASE + int(t), 0.5) for t in rng.integers(2 * DAY_MS, 4 * DAY_MS, 400)]
-    join = hot_key_part(spark, events, left, accuracy=tt.Accuracy.SNAPSHOT)
+    join = one_key_join(spark, events, left, accuracy=tt.Accuracy.SNAPSHOT)
     job = tt.BackfillJob(join, spark, max_key_events=150)
     assert "find hot keys" in job.report.stage_seconds
     assert not any("hot key" in note for note in job.report.notes)

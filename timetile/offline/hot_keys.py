@@ -59,9 +59,10 @@ CHUNK = "_tt_chunk"
 _CHUNK_LENGTH = "_tt_chunk_ms"
 _SIDE = "_tt_side"  # in the search: -1 for an event, else the index of the query set
 
-#: Hot keys up to which :func:`with_chunks` finds a row's chunk length with one CASE
-#: expression (a few compiled comparisons per row); beyond it, by a broadcast join, which
-#: costs more per row: 1.5 to 3.4 s of a 24 s backfill of 20M rows in ``hot_key.py``.
+#: Key comparisons (hot keys × key columns) up to which :func:`with_chunks` finds a row's
+#: chunk length with one CASE expression, compiled; beyond it, by a broadcast join, which
+#: costs more per row (1.5 to 3.4 s of a 24 s backfill of 20M rows in ``hot_key.py``) but
+#: does not grow with the keys: a CASE of some 200 comparisons took seconds to compile.
 CASE_LIMIT = 64
 
 
@@ -282,10 +283,10 @@ def with_chunks(rows: DataFrame, keys: Sequence[str], split: KeySplit, is_event:
     that can see it, from its own to the chunk of ``time + reach``. Rows of other keys get
     chunk 0. Keys compare as ``<=>`` does (null to null, NaN to NaN), across the integer
     widths that a left key and an event key may differ by. The hot keys' chunk lengths come
-    from a CASE expression when they number at most ``case_limit``, else from a broadcast
-    join; both give the same rows.
+    from a CASE expression when it needs at most ``case_limit`` comparisons (hot keys × key
+    columns), else from a broadcast join; both give the same rows.
     """
-    if len(split.hot) <= case_limit:
+    if len(split.hot) * len(keys) <= case_limit:
         length: Column = F.lit(None).cast("long")
         for hot in reversed(split.hot):
             length = F.when(_same_key(keys, hot.key, split.key_types), F.lit(hot.chunk_ms)
