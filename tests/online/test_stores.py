@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from timetile.online.lmdb_store import LmdbStore
 from timetile.online.redis_store import RedisStore
@@ -155,6 +156,24 @@ def test_expiry_of_tiles(store: KVStore) -> None:
     assert store.get_tiles("views", [b"a"], MIN, MAX) == [[(-1, b"", b"v")]]  # untouched
 
 
+def test_expiry_is_exact_where_scores_round(store: KVStore) -> None:
+    # Beyond 2**53 ms neighbouring starts share a double: the cut still falls between them.
+    starts = [MAX - 3, MAX - 2, MAX - 1, MAX]
+    store.put_tiles("clicks", [(key, start, b"", b"v") for key in (b"a", b"b") for start in starts])
+    assert store.expire_tiles("clicks", MAX - 1) == 4
+    assert store.expire_tiles("clicks", MAX - 1) == 0
+    assert store.get_tiles("clicks", [b"a", b"b"], MIN, MAX) == [[(MAX - 1, b"", b"v")]] * 2
+    assert store.expire_tiles("clicks", MAX) == 2
+    assert store.get_tiles("clicks", [b"a"], MAX, MAX) == [[]]  # end is exclusive: MAX stays
+
+
+def test_expiry_of_a_key_with_many_tiles(store: KVStore) -> None:
+    store.put_tiles("clicks", [(b"a", start, b"m", b"v") for start in range(2_500)])
+    assert store.expire_tiles("clicks", 2_400) == 2_400
+    assert [tile[0] for tile in store.get_tiles("clicks", [b"a"], MIN, MAX)[0]] == list(
+        range(2_400, 2_500))
+
+
 def test_tiles_match_a_brute_force_oracle(store: KVStore) -> None:
     rng = random.Random(42)
     model: dict[tuple[bytes, int, bytes], bytes] = {}
@@ -211,6 +230,51 @@ def test_redis_on_a_closed_port_is_unavailable() -> None:
     with pytest.raises(StoreUnavailable):
         open_store(url)
     assert time.monotonic() - began < 10
+
+
+def _commands(server: redis.Redis) -> dict[str, int]:
+    """Return how many times the server ran each command, since its stats were reset."""
+    stats = server.info("commandstats")
+    return {name.removeprefix("cmdstat_"): entry["calls"] for name, entry in stats.items()}
+
+
+def test_redis_expiry_reads_only_the_keys_with_old_tiles(redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    store.flush()
+    store.put_tiles("clicks", [(b"k%d" % i, 100 + i, b"", b"v") for i in range(2_000)])
+    store.put_tiles("clicks", [(b"old%d" % i, start, b"", b"v") for i in range(3)
+                               for start in (1, 2, 200)])
+    store.multi_put("clicks", [(b"k%d" % i, b"record") for i in range(2_000)])
+    server = redis.Redis.from_url(redis_url)
+    index = b"tt:clicks:o"
+    assert server.zscore(index, b"old0") == 1
+    assert server.zscore(index, b"k5") == 105
+    server.config_resetstat()
+    assert store.expire_tiles("clicks", 50) == 6
+    calls = _commands(server)
+    assert "scan" not in calls
+    assert "keys" not in calls
+    assert calls["zrangebyscore"] == 2 + 3 + 1  # two pages, each old key, the tied bucket
+    assert [server.zscore(index, key) for key in (b"old0", b"old2", b"k0")] == [200, 200, 100]
+    assert server.zcard(index) == 2_003
+    assert store.expire_tiles("clicks", 10_000) == 2_000 + 3
+    assert server.exists(index) == 0  # no key holds tiles: the index is gone too
+    assert store.multi_get("clicks", [b"k7"]) == [b"record"]  # records are not tiles
+    server.close()
+    store.close()
+
+
+def test_redis_put_lowers_a_keys_oldest_start_only(redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    store.flush()
+    server = redis.Redis.from_url(redis_url)
+    for start in (50, 80, 20, 60):
+        store.put_tiles("clicks", [(b"a", start, b"", b"v")])
+    assert server.zscore(b"tt:clicks:o", b"a") == 20
+    assert store.expire_tiles("clicks", 30) == 1
+    assert server.zscore(b"tt:clicks:o", b"a") == 50  # raised by expiry, to what is left
+    server.close()
+    store.close()
 
 
 # --- open_store ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from timetile.api.sources import EntitySource, EventSource
 #: The key of ``Join.derivations`` (and its only value) that keeps every feature column.
 KEEP_FEATURES = "*"
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INTERNAL_PREFIX = "_tt_"  # timetile's own columns (``timetile.offline.sources``)
+_INTERNAL_PREFIX = "_tt_"  # timetile's own columns (``timetile.spark.sources``)
 
 
 @dataclass(frozen=True)

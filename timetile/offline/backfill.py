@@ -20,7 +20,6 @@ from timetile.api.join import Join
 from timetile.api.sources import EventSource
 from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
 from timetile.offline.derivations import apply_derivations, check_plan
-from timetile.offline.entities import DAY
 from timetile.offline.entity_executor import entity_features, entity_output_fields
 from timetile.offline.hot_keys import (
     DEFAULT_MAX_KEY_EVENTS,
@@ -43,9 +42,10 @@ from timetile.offline.plan import (
 from timetile.offline.reference_executor import reference_features
 from timetile.offline.report import BadInputError, JobReport, SourceCounts
 from timetile.offline.result_types import arrow_schema
-from timetile.offline.sources import TIME
 from timetile.offline.sweep_executor import sweep_features, sweepable
 from timetile.offline.tiled_executor import tiled_features
+from timetile.spark.entities import DAY
+from timetile.spark.sources import TIME
 
 log = logging.getLogger(__name__)
 

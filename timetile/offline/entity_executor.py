@@ -30,12 +30,12 @@ from pyspark.sql import types as T
 from timetile.api.windows import window_spec
 from timetile.core.entity_state import EntityFeature, EntityReplay
 from timetile.core.timeutil import DAY_MS
-from timetile.offline.entities import DAY, IS_BEFORE, MUTATION_TIME
 from timetile.offline.plan import EntityPartPlan, ExecutorOptions
 from timetile.offline.reference_executor import build_aggregator, feature_fields
 from timetile.offline.result_types import arrow_column, arrow_schema
-from timetile.offline.sorted_groups import group_bounds, whole_groups
-from timetile.offline.sources import TIME
+from timetile.spark.entities import DAY, IS_BEFORE, MUTATION_TIME
+from timetile.spark.sorted_groups import group_bounds, whole_groups
+from timetile.spark.sources import TIME
 
 KIND = "_tt_kind"
 AT = "_tt_at"  # a query's as-of time; a mutation's time

@@ -35,7 +35,7 @@ from pyspark.sql import types as T
 from timetile.api.windows import window_spec
 from timetile.core.timeutil import UNIT_MS, format_duration, ms_to_iso
 from timetile.core.windows import window_reach
-from timetile.offline.sources import TIME
+from timetile.spark.sources import TIME
 
 if TYPE_CHECKING:
     from timetile.offline.plan import PartPlan

@@ -27,9 +27,9 @@ from timetile.core.tiling import QueryTiling
 from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
 from timetile.offline.reference_executor import feature_values, output_schema
 from timetile.offline.result_types import arrow_schema, arrow_value
-from timetile.offline.sorted_groups import Rows, group_bounds, map_groups
-from timetile.offline.sources import TIME
 from timetile.offline.tiled_executor import TiledLayout
+from timetile.spark.sorted_groups import Rows, group_bounds, map_groups
+from timetile.spark.sources import TIME
 
 KEY_ID = "_tt_key_id"
 SLOT = "_tt_slot"  # aggregator index × windows + window index; -1 marks a key's anchor row

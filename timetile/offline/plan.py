@@ -24,7 +24,7 @@ from timetile.api.windows import Window, window_spec
 from timetile.core.timeutil import DAY_MS
 from timetile.core.types import ValueType
 from timetile.core.windows import window_bounds
-from timetile.offline.entities import (
+from timetile.spark.entities import (
     DAY,
     IS_BEFORE,
     MUTATION_TIME,
@@ -32,7 +32,7 @@ from timetile.offline.entities import (
     day_end_ms,
     load_entity,
 )
-from timetile.offline.sources import TIME, coarse_schema, load_events
+from timetile.spark.sources import TIME, coarse_schema, load_events
 
 if TYPE_CHECKING:
     from timetile.offline.hot_keys import KeySplit

@@ -36,8 +36,8 @@ from timetile.offline.hot_keys import CHUNK, with_chunks
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
 from timetile.offline.reference_executor import feature_fields
 from timetile.offline.result_types import arrow_schema
-from timetile.offline.sorted_groups import group_starts, whole_groups
-from timetile.offline.sources import TIME
+from timetile.spark.sorted_groups import group_starts, whole_groups
+from timetile.spark.sources import TIME
 
 #: The ops the sweep computes, and the column types each accepts. Each reads only the non-null
 #: values of its column: the sweep leaves events without values behind and takes a row

@@ -45,8 +45,8 @@ from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
 from timetile.offline.result_types import arrow_schema, arrow_value
-from timetile.offline.sorted_groups import Rows, map_groups
-from timetile.offline.sources import TIME
+from timetile.spark.sorted_groups import Rows, map_groups
+from timetile.spark.sources import TIME
 
 HOP = "_tt_hop"
 BOUND = "_tt_bound"

@@ -8,13 +8,18 @@ Layout, per table and key (key names are binary-safe: the key's raw bytes go in 
   big-endian of ``start + 2**63`` (so negative starts sort first) followed by the member, and
   whose value is the tile; plus a sorted set ``tt:{table}:z:{key}`` of the same fields scored
   by tile start, for range reads. Fields of equal score sort bytewise, which is (tile start,
-  member) order.
+  member) order;
+- per table, a sorted set ``tt:{table}:o`` of the keys that have tiles, each scored by its
+  oldest tile start: expiry reads there which keys hold tiles to delete, so it touches those
+  keys only, never the rest of the database.
 
 :meth:`RedisStore.get_tiles` costs two round trips for any number of keys: one pipeline of
 ``ZRANGEBYSCORE``, then one of ``HMGET``. :meth:`RedisStore.put_tiles` is one pipeline, not a
 transaction: each hash field is written before its sorted-set entry, so a reader never sees
 an entry without its value, and a put cut short is completed by replaying it (entries are
-idempotent).
+idempotent). The table's index of oldest starts goes last, and only ever lowers a score
+(``ZADD LT``); expiry raises it again, per key, in a Lua script that reads the key's new
+oldest entry and writes it in one step, so a put running beside it cannot be left unindexed.
 
 Scores are doubles, exact for tile starts up to 2**53 ms (285,000 years); past that the
 range bounds are widened by the rounding and the exact filter runs on the client.
@@ -39,6 +44,22 @@ from redis.retry import Retry
 from timetile.online.store import KVStore, StoreUnavailable, Tile, check_table
 
 _SIGN = 1 << 63
+#: Keys per expiry round trip.
+_EXPIRE_PAGE = 500
+#: Fields per ``ZREM``/``HDEL`` command when a key has many tiles to expire.
+_DELETE_CHUNK = 1_000
+
+#: Re-index one key after its old tiles went: its oldest remaining tile start, or no entry
+#: once it has none. KEYS: the key's sorted set, the table's index; ARGV: the key.
+_REINDEX = """
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if oldest[1] then
+  redis.call('ZADD', KEYS[2], oldest[2], ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return 0
+"""
 
 
 def _field(start: int, member: bytes) -> bytes:
@@ -87,6 +108,7 @@ class RedisStore(KVStore):
             max_connections=max_connections, health_check_interval=30,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2))
         self._client = redis.Redis(connection_pool=self._pool)
+        self._reindex = self._client.register_script(_REINDEX)
 
     def __repr__(self) -> str:
         return f"RedisStore({_redacted(self.url)!r})"
@@ -130,8 +152,9 @@ class RedisStore(KVStore):
     def put_tiles(self, table: str, items: Iterable[tuple[bytes, int, bytes, bytes]]) -> None:
         """Write (key, tile start, member, value) entries: one pipeline, ``HSET`` + ``ZADD``.
 
-        One ``HSET`` and one ``ZADD`` per distinct key; the same (key, tile start, member)
-        replaces its value.
+        One ``HSET`` and one ``ZADD`` per distinct key, then one ``ZADD LT`` of the keys'
+        oldest starts into the table's index; the same (key, tile start, member) replaces its
+        value.
         """
         values: dict[bytes, dict[bytes, bytes]] = defaultdict(dict)
         scores: dict[bytes, dict[bytes, int]] = defaultdict(dict)
@@ -148,6 +171,8 @@ class RedisStore(KVStore):
             for key, fields in values.items():
                 pipe.hset(hashes + key, mapping=fields)  # type: ignore[arg-type]
                 pipe.zadd(zsets + key, scores[key])
+            pipe.zadd(self._name(table, b":o", b""),
+                      {key: min(starts.values()) for key, starts in scores.items()}, lt=True)
             pipe.execute()
 
     def get_tiles(self, table: str, keys: Sequence[bytes], start: int,
@@ -185,29 +210,46 @@ class RedisStore(KVStore):
     def expire_tiles(self, table: str, before: int) -> int:
         """Delete the tile entries that start before ``before``.
 
-        ``SCAN`` walks the database's key names for the table's sorted sets (O(keys in the
-        database): Redis has no index by prefix), 500 at a time; per batch one pipeline of
-        ``ZRANGEBYSCORE``, then one of ``ZREM`` + ``HDEL``. The index entry goes first: a
-        value whose index entry is gone is never read, and one rewritten meanwhile keeps its
-        index entry for the next expiry.
+        The table's index of oldest starts names the keys that hold such entries, 500 at a
+        time; per page one pipeline of ``ZRANGEBYSCORE``, then one of ``ZREM`` + ``HDEL`` and
+        the keys' re-indexing. O(log n + deleted + keys touched): the keys without old tiles
+        and the rest of the database are never read. The index entry of a tile goes before
+        its value: a value whose index entry is gone is never read.
         """
+        index = self._name(table, b":o", b"")
+        removed = 0
+        with self._guard() as client:
+            # Scores are doubles: keys scored below before's double page out (each page's
+            # keys move to an oldest start >= before, so the loop ends); those that round to
+            # it exactly (starts beyond 2**53 ms) are taken once, whole.
+            while page := client.zrangebyscore(index, "-inf", f"({before}", start=0,
+                                               num=_EXPIRE_PAGE):
+                removed += self._expire_keys(client, table, cast("list[bytes]", page), before)
+            tied = client.zrangebyscore(index, before, before)
+            if tied:
+                removed += self._expire_keys(client, table, cast("list[bytes]", tied), before)
+        return removed
+
+    def _expire_keys(self, client: redis.Redis, table: str, keys: list[bytes],
+                     before: int) -> int:
+        """Expire the entries before ``before`` of ``keys``, re-index them; return how many."""
+        index = self._name(table, b":o", b"")
         hashes = self._name(table, b":t:", b"")
         zsets = self._name(table, b":z:", b"")
-        removed = 0
-        seen: set[bytes] = set()  # SCAN may return a name twice
-        with self._guard() as client:
-            batch: list[bytes] = []
-            for name in client.scan_iter(match=zsets + b"*", count=500):
-                if name in seen:
-                    continue
-                seen.add(name)
-                batch.append(name)
-                if len(batch) >= 500:
-                    removed += _expire_batch(client, batch, hashes, zsets, before)
-                    batch = []
-            if batch:
-                removed += _expire_batch(client, batch, hashes, zsets, before)
-        return removed
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.zrangebyscore(zsets + key, "-inf", before)
+        found = [[field for field in fields if int.from_bytes(field[:8], "big") - _SIGN < before]
+                 for fields in pipe.execute()]
+        pipe = client.pipeline(transaction=False)
+        for key, fields in zip(keys, found, strict=True):
+            for at in range(0, len(fields), _DELETE_CHUNK):
+                chunk = fields[at:at + _DELETE_CHUNK]
+                pipe.zrem(zsets + key, *chunk)
+                pipe.hdel(hashes + key, *chunk)
+            self._reindex(keys=[zsets + key, index], args=[key], client=pipe)
+        pipe.execute()
+        return sum(map(len, found))
 
     def ping(self) -> None:
         """Raise :class:`~timetile.online.store.StoreUnavailable` unless the server answers."""
@@ -228,20 +270,3 @@ class RedisStore(KVStore):
         if pool is not None:
             self._client.close()
             pool.disconnect()
-
-
-def _expire_batch(client: redis.Redis, names: list[bytes], hashes: bytes, zsets: bytes,
-                  before: int) -> int:
-    """Expire the entries before ``before`` of the sorted sets ``names``; return how many."""
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.zrangebyscore(name, "-inf", before)
-    found = [[field for field in fields if int.from_bytes(field[:8], "big") - _SIGN < before]
-             for fields in pipe.execute()]
-    pipe = client.pipeline(transaction=False)
-    for name, fields in zip(names, found, strict=True):
-        if fields:
-            pipe.zrem(name, *fields)
-            pipe.hdel(hashes + name[len(zsets):], *fields)
-    pipe.execute()
-    return sum(map(len, found))

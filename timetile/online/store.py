@@ -61,8 +61,8 @@ class KVStore(ABC):
         """Delete every tile entry of ``table`` whose tile start is before ``before``.
 
         Returns how many entries went. LMDB: one write transaction, O(keys · log n +
-        deleted); Redis: ``SCAN`` of the database's key names, then pipelines, O(keys in the
-        database + deleted).
+        deleted); Redis: the table's index of each key's oldest start names the keys with
+        old tiles, O(keys touched · log n + deleted).
         """
 
     @abstractmethod

@@ -15,7 +15,7 @@ For an entity source the record of a key is its rows in the snapshot partition o
 (:mod:`timetile.online.entity_records`); the mutations after it come from the stream.
 
 This is the one place the online package runs Spark: it reads sources exactly as the
-backfill does (``timetile.offline.sources`` and ``timetile.offline.entities``), so both
+backfill does (``timetile.spark.sources`` and ``timetile.spark.entities``), so both
 sides see the same rows.
 """
 
@@ -46,9 +46,6 @@ from timetile.core.batch_record import (
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
 from timetile.core.windows import WindowKind
-from timetile.offline.entities import DAY, load_entity
-from timetile.offline.sorted_groups import group_bounds, whole_groups
-from timetile.offline.sources import TIME, coarse_schema, load_events
 from timetile.online.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
 from timetile.online.layout import (
     META_TABLE,
@@ -61,6 +58,9 @@ from timetile.online.layout import (
     tile_table,
 )
 from timetile.online.store import open_store
+from timetile.spark.entities import DAY, load_entity
+from timetile.spark.sorted_groups import group_bounds, whole_groups
+from timetile.spark.sources import TIME, coarse_schema, load_events
 
 log = logging.getLogger(__name__)
 #: The coarse types an online key column may have (see ``layout.encode_key``).

@@ -5,7 +5,7 @@ entity source, the stream is its change log (CDC): mutation rows shaped like its
 mutation table, written as mutation tiles (:mod:`timetile.online.entity_records`) and
 counted by their mutation time exactly as events by theirs. Each micro-batch
 goes through the source's ``where`` and ``select`` and the time parsing of the batch side
-(:mod:`timetile.offline.sources`), so stream and backfill see the same rows; then it is
+(:mod:`timetile.spark.sources`), so stream and backfill see the same rows; then it is
 repartitioned by the GroupBy's keys, so each (key, tile) belongs to one task, and **the
 executors** write it with :class:`~timetile.online.tiles.TileWriter` (the aggregators'
 own encoding, DESIGN §5-6), under the micro-batch id as the tile member. Only one row of
@@ -51,9 +51,13 @@ from timetile.api.group_by import GroupBy
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EntitySource, EventSource
 from timetile.core.timeutil import ms_to_iso, parse_duration
-from timetile.offline.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
-from timetile.offline.sorted_groups import whole_groups
-from timetile.offline.sources import (
+from timetile.online.entity_records import ROW_TIME, MutationWriter
+from timetile.online.layout import GroupByMeta
+from timetile.online.store import KVStore, open_store
+from timetile.online.tiles import StreamWriter, TileWriter, read_meta
+from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
+from timetile.spark.sorted_groups import whole_groups
+from timetile.spark.sources import (
     TIME,
     check_time_zone,
     coarse_schema,
@@ -61,10 +65,6 @@ from timetile.offline.sources import (
     read_table,
     time_millis,
 )
-from timetile.online.entity_records import ROW_TIME, MutationWriter
-from timetile.online.layout import GroupByMeta
-from timetile.online.store import KVStore, open_store
-from timetile.online.tiles import StreamWriter, TileWriter, read_meta
 from timetile.streaming.sources import StreamSource, parse_source
 from timetile.streaming.state import (
     StreamCounts,
@@ -319,9 +319,9 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
     """Return raw source rows as a micro-batch of :meth:`TileStream.write_batch` takes them.
 
     Applies the source's ``where`` and ``select`` and parses the times as the batch side
-    does (:mod:`timetile.offline.sources`), adds :data:`~timetile.offline.sources.TIME` and
+    does (:mod:`timetile.spark.sources`), adds :data:`~timetile.spark.sources.TIME` and
     declares Spark's watermark on it; keeps the columns :func:`stream_writer` reads. For an
-    entity source the rows are mutations (:func:`timetile.offline.entities.mutation_rows`):
+    entity source the rows are mutations (:func:`timetile.spark.entities.mutation_rows`):
     ``TIME`` is the mutation time, the row's own time is :data:`ROW_TIME`. Works on a
     streaming or a static ``raw`` (on a static one the watermark does nothing). No job runs.
 

@@ -48,7 +48,7 @@ from pyspark.sql import functions as sf
 
 from timetile.api import EntitySource, JoinPart
 from timetile.core.timeutil import DAY_MS, date_to_ms
-from timetile.offline.sources import TIME, read_table, time_millis
+from timetile.spark.sources import TIME, read_table, time_millis
 from timetile.testing.oracle import (
     _queries,
     _quote,

@@ -47,7 +47,7 @@ from timetile.api import (
     Window,
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms
-from timetile.offline.sources import TIME, load_events
+from timetile.spark.sources import TIME, load_events
 from timetile.testing.sql_ops import (
     _AT,
     _EVENT_TIME,

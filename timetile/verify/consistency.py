@@ -46,9 +46,9 @@ from timetile.api.sources import EventSource
 from timetile.core.aggregators.sketches import KLL_RANK_ERROR
 from timetile.core.timeutil import HOUR_MS
 from timetile.offline.backfill import backfill
-from timetile.offline.sources import load, load_events
 from timetile.online.response_log import SCHEMA
 from timetile.progress import JobProgress
+from timetile.spark.sources import load, load_events
 from timetile.testing import percentile_rank_bounds
 from timetile.verify.compare import COMPARED_SCHEMA, Comparer, FeatureSpec
 from timetile.verify.report_html import render_report

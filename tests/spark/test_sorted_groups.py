@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from timetile.core.kernels.sweep import window_int_sums
-from timetile.offline.sorted_groups import group_starts, whole_groups
+from timetile.spark.sorted_groups import group_starts, whole_groups
 
 
 @pytest.mark.parametrize("seed", range(5))

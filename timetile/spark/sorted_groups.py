@@ -1,11 +1,11 @@
-"""Whole groups from sorted Arrow batches: the partition-level pattern of the tiled executor.
+"""Whole groups from sorted Arrow batches: the partition-level pattern of every Spark job here.
 
 Spark's grouped UDFs (``applyInArrow``) call Python once per group, which is ruinous when
-there are millions of tiny groups (one hop of one key). Instead the executor repartitions by
-the group columns, sorts within partitions, and streams each partition through
-``mapInArrow``; :func:`whole_groups` re-cuts the stream so that every table it yields holds
-only whole groups, and :func:`group_bounds` finds them. Memory is bounded by the largest
-group plus one batch.
+there are millions of tiny groups (one hop of one key). Instead a job (the backfill's
+executors, the upload, the stream's micro-batches) repartitions by the group columns, sorts
+within partitions, and streams each partition through ``mapInArrow``; :func:`whole_groups`
+re-cuts the stream so that every table it yields holds only whole groups, and
+:func:`group_bounds` finds them. Memory is bounded by the largest group plus one batch.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ as of the end of day ``d`` (UTC); its mutation table holds the row images of eac
 insertion). Both load lazily into frames with timetile's internal columns:
 
 - snapshots: the row columns, :data:`DAY` (the partition as an epoch day) and
-  :data:`~timetile.offline.sources.TIME` (the row's ``time_column`` in epoch ms, or null);
-- mutations: the same row columns, :data:`~timetile.offline.sources.TIME`,
+  :data:`~timetile.spark.sources.TIME` (the row's ``time_column`` in epoch ms, or null);
+- mutations: the same row columns, :data:`~timetile.spark.sources.TIME`,
   :data:`MUTATION_TIME` and :data:`IS_BEFORE`.
 
 The row columns are the snapshot's columns after ``where`` and ``select``, less the
@@ -26,7 +26,7 @@ from pyspark.sql import types as T
 from timetile.api.errors import DefinitionError, one_of
 from timetile.api.sources import EntitySource
 from timetile.core.timeutil import DAY_MS
-from timetile.offline.sources import (
+from timetile.spark.sources import (
     TIME,
     check_time_zone,
     coarse_type,
@@ -116,7 +116,7 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
     """Return raw mutation rows as :func:`load_entity` loads them. No job runs.
 
     Applies the source's ``where`` and ``select`` and parses the times: the row columns,
-    :data:`~timetile.offline.sources.TIME` (the row's time), :data:`MUTATION_TIME` and
+    :data:`~timetile.spark.sources.TIME` (the row's time), :data:`MUTATION_TIME` and
     :data:`IS_BEFORE`. The streaming job reads a CDC stream through it too, so both sides
     see the same mutations. ``field`` names the source in errors (``parts[0].source``).
 
