@@ -86,9 +86,16 @@ def test_every_chunk_that_can_see_an_event_gets_a_copy(spark: Any, case_limit: i
             assert events[(k, s, t)] == queries[(k, s, t)] == [0]
 
 
-def test_chunks_are_at_least_twice_the_reach() -> None:
-    assert chunk_length(rows_per_ms(10**9, 0, DAY_MS), HOUR_MS, 1000) == 2 * HOUR_MS  # dense
-    assert chunk_length(rows_per_ms(1000, 0, 100 * DAY_MS), DAY_MS, 100) == 9 * DAY_MS
+def test_chunk_lengths_bound_rows_and_copies() -> None:
+    dense = rows_per_ms(10**9, 0, DAY_MS)  # events alone, too dense: two reaches
+    assert chunk_length(HOUR_MS, 1000, events_per_ms=dense) == 2 * HOUR_MS
+    sparse = rows_per_ms(1000, 0, 100 * DAY_MS)  # 10 a day: 100 rows less the reach's 10
+    assert chunk_length(DAY_MS, 100, events_per_ms=sparse) == 9 * DAY_MS
+    asked = rows_per_ms(10**6, 0, 100 * DAY_MS)  # 10,000 left rows a day, a 7-day window
+    assert chunk_length(7 * DAY_MS, 1000, events_per_ms=sparse, queries_per_ms=asked,
+                        event_share=0.001) == 134 * 60_000  # (1000 - 70) / 10,010 a day
+    assert chunk_length(7 * DAY_MS, 100, events_per_ms=sparse, queries_per_ms=asked,
+                        event_share=0.5) == 7 * DAY_MS  # the copies' bound: 2 · reach · 0.5
 
 
 def boundary_frames(spark: Any, chunk: int) -> tuple[Any, Any]:
@@ -179,6 +186,34 @@ def test_a_key_hot_by_its_left_rows_is_cut_too(spark: Any) -> None:
     assert {(7,), (None,)} <= set(found)
     assert found[(7,)].left_rows >= 400 > found[(7,)].events  # the sample is all: exact
     assert found[(None,)].events == 0
+
+
+def test_a_key_hot_by_its_left_rows_gets_chunks_shorter_than_the_reach(spark: Any) -> None:
+    """40 events and 1,200 left rows over 8 days, a 3-day window, a limit of 150: chunks of
+    about 21 hours hold about 150 rows each, where chunks of two reaches (the bound for a
+    key hot by its events) would hold 900."""
+    rng = np.random.default_rng(60)
+    events = [(7, BASE + int(t), float(i)) for i, t in enumerate(
+        rng.integers(0, 8 * DAY_MS, 40))] + [(8, BASE + DAY_MS, 1.0)]
+    left = [(7, BASE + int(t), 0.5) for t in rng.integers(0, 8 * DAY_MS, 1200)]
+    group_by = tt.GroupBy("g", tt.EventSource(spark.createDataFrame(
+        events, "user_id long, ts long, amount double")), ["user_id"],
+        [tt.Aggregation("amount", op, windows=["3d", "1h"]) for op in ("count", "sum", "max")])
+    join = tt.Join("j", tt.EventSource(spark.createDataFrame(
+        left, "user_id long, ts long, label double")), [group_by])
+    job = tt.BackfillJob(join, spark, max_key_events=150)
+    part = job.plan.parts[0]
+    split = find_hot_keys(part, [part.query_rows(job.plan.left)], 3 * DAY_MS, 150)
+    (hot,) = split.hot
+    assert hot.key == (7,)
+    assert 12 * HOUR_MS < hot.chunk_ms < DAY_MS
+    length = hot.chunk_ms
+    held = [sum(1 for _, t, _ in left if t // length == chunk)
+            + sum(1 for key, t, _ in events if key == 7 and chunk * length - 3 * DAY_MS <= t
+                  < (chunk + 1) * length)
+            for chunk in {t // length for _, t, _ in left}]
+    assert max(held) <= 1.5 * 150, held  # each chunk and its reach: near the limit
+    assert not mismatches(join, job.dataframe(), spark, ["ts", "label"])
 
 
 def test_a_hot_key_within_two_reaches_is_swept_whole_and_reported(spark: Any) -> None:

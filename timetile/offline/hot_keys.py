@@ -7,11 +7,14 @@ chunks of ``length`` milliseconds; a query goes to the chunk of its time, and an
 its own chunk and to every later chunk whose queries can still see it (those within the
 window's reach, :func:`~timetile.core.windows.window_reach`). Each (key, chunk) is swept on
 its own, so a task holds one chunk of the key and the reach before it, and every query still
-sees exactly the events of its windows. A chunk is at least twice the reach, so an event of
-a hot key is sent to two chunks at most, 1.5 on average; the price is that a task holds at
-least three reaches of the key's events, which for a key dense enough is over the limit.
-A key whose events all lie within two reaches cannot be cut by time at all: it is swept
-whole, and the report says so (the tiled executor bounds it by hop instead).
+sees exactly the events of its windows. The copies of events are bounded too: a chunk is at
+least twice the reach times the events' share of the key's rows, so the copies add at most
+half the key's rows. A key hot by its events thus gets chunks of at least two reaches (an
+event goes to 1.5 chunks on average, and a task holds at least three reaches of its events,
+which for a key dense enough is over the limit); a key hot by its left rows, with few
+events, gets chunks as short as its queries need. A key whose rows all lie within one such
+shortest chunk cannot be cut by time at all: it is swept whole, and the report says so (the
+tiled executor bounds it by hop instead).
 
 Finding hot keys costs one Spark job, which scans the part's events and left rows and groups
 a sample of them by key; a backfill runs it only for a part whose events and left rows
@@ -44,10 +47,10 @@ if TYPE_CHECKING:
 #: The sweep's Python worker peaks near 170 bytes per event (3.4 GB for a 20M-event key,
 #: measured with ``benchmarks/hot_key.py``), so a chunk at the limit takes about 350 MB:
 #: within the memory overhead a cluster gives a Python worker next to its JVM executor.
-#: Chunks are at least two reaches long, so a denser key gets bigger ones: in
-#: ``hot_key.py`` (20M events over 60 days, a 7-day window) a chunk and its reach hold about
-#: 7M events, 1.7 GB at the peak measured, against 3.4 GB whole. A key of 1M events and 10M
-#: left rows peaks at 1.1 GB cut, against 2.2 GB whole.
+#: A key hot by its events gets chunks of at least two reaches, so a denser key gets bigger
+#: ones: in ``hot_key.py`` (20M events over 60 days, a 7-day window) a chunk and its reach
+#: hold about 7M events, 1.7 GB at the peak measured, against 3.4 GB whole. A key of 1M
+#: events and 10M left rows peaks at 1.1 GB cut, against 2.2 GB whole.
 DEFAULT_MAX_KEY_EVENTS = 2_000_000
 
 #: Sampled rows expected from a key right at the limit: the relative error of its estimate
@@ -204,21 +207,34 @@ def rows_per_ms(rows: int, first: int | None, last: int | None) -> float:
     return rows / max(last - first, 1)
 
 
-def chunk_length(per_ms: float, reach: int, max_rows: int) -> int:
-    """Return a chunk length that holds about ``max_rows`` rows, the reach included.
+def chunk_length(reach: int, max_rows: int, *, events_per_ms: float,
+                 queries_per_ms: float = 0.0, event_share: float = 1.0) -> int:
+    """Return a chunk length whose chunk holds about ``max_rows`` rows.
 
-    The key is taken to hold ``per_ms`` rows per millisecond. The chunk is at least twice
-    the reach, so that an event is copied into 1 + reach / length ≤ 1.5 chunks on average:
-    a key too dense for that gets chunks over the limit rather than more copies. The length
-    is rounded up to a whole unit (day, hour, minute, second) of at most a tenth of it.
+    A chunk of length L holds the queries of its time and the events of its time and of the
+    reach before it: about (e + q)·L + e·reach rows for a key of ``events_per_ms`` e and
+    ``queries_per_ms`` q, so L = (max_rows − e·reach) / (e + q). An event is copied into
+    1 + reach / L chunks on average, so L is at least 2·reach·``event_share`` (the events'
+    share of the key's rows): the copies add at most half the key's rows. A key of events
+    alone thus gets chunks of at least two reaches (1.5 copies per event), and one too
+    dense for that gets chunks over the limit rather than more copies; a key hot by its
+    queries can get chunks shorter than the reach. The length is rounded up to a whole unit
+    (day, hour, minute, second) of at most a tenth of it.
 
-    >>> per_ms = rows_per_ms(20_000_000, 0, 60 * 86_400_000)  # 20M rows over 60 days
-    >>> chunk_length(per_ms, 86_400_000, 2_000_000) // 86_400_000
+    >>> day = 86_400_000
+    >>> events = rows_per_ms(20_000_000, 0, 60 * day)  # 20M events over 60 days
+    >>> chunk_length(day, 2_000_000, events_per_ms=events) // day
     5
-    >>> chunk_length(per_ms, 7 * 86_400_000, 2_000_000) // 86_400_000
+    >>> chunk_length(7 * day, 2_000_000, events_per_ms=events) // day
     14
+    >>> queries = rows_per_ms(30_000_000, 0, 60 * day)  # 1M events and 30M left rows
+    >>> chunk_length(7 * day, 2_000_000, events_per_ms=rows_per_ms(1_000_000, 0, 60 * day),
+    ...              queries_per_ms=queries, event_share=1 / 31) // 3_600_000  # hours
+    88
     """
-    length = max(math.floor(max_rows / per_ms) - reach, 2 * reach, 1)
+    per_ms = events_per_ms + queries_per_ms
+    fits = math.floor((max_rows - events_per_ms * reach) / per_ms) if per_ms > 0 else 0
+    length = max(fits, math.ceil(2 * reach * event_share), 1)
     unit = next((size for size in sorted(UNIT_MS.values(), reverse=True)
                  if 10 * size <= length), 1)
     return -(-length // unit) * unit  # up to a round length (10% at most), for the report
@@ -258,11 +274,13 @@ def find_hot_keys(plan: PartPlan, queries: Sequence[DataFrame], reach: int, max_
                 .where(F.col("_events") + F.col("_asked") > max_rows * rate)
                 .collect()):  # the hot keys only: few rows
         events, queried = round(row["_events"] / rate), round(row["_asked"] / rate)
-        per_ms = (rows_per_ms(events, row["_events_first"], row["_events_last"])
-                  + rows_per_ms(queried, row["_asked_first"], row["_asked_last"]))
-        first, last = int(row["_first"]), int(row["_last"])
-        found.append(HotKey(tuple(row[key] for key in plan.keys), events, first, last,
-                            chunk_length(per_ms, reach, max_rows), left_rows=queried))
+        length = chunk_length(
+            reach, max_rows,
+            events_per_ms=rows_per_ms(events, row["_events_first"], row["_events_last"]),
+            queries_per_ms=rows_per_ms(queried, row["_asked_first"], row["_asked_last"]),
+            event_share=events / max(events + queried, 1))
+        found.append(HotKey(tuple(row[key] for key in plan.keys), events, int(row["_first"]),
+                            int(row["_last"]), length, left_rows=queried))
     found.sort(key=lambda hot: -hot.rows)
     return KeySplit(tuple(hot for hot in found if hot.last - hot.first >= hot.chunk_ms), reach,
                     key_types,
