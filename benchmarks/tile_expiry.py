@@ -37,7 +37,12 @@ def fill(store: KVStore, keys: int, old: int) -> None:
 
 
 def expiry_ms(store: KVStore, keys: int, old: int, repeat: int) -> float:
-    """Return the best time of one ``expire_tiles`` that removes ``old`` tiles, in ms."""
+    """Return the best time of one ``expire_tiles`` that removes ``old`` tiles, in ms.
+
+    The table's first expiry runs untimed before: on Redis it indexes, once, the tiles
+    written before the index existed (a ``SCAN``).
+    """
+    store.expire_tiles(TABLE, CUT)
     best = float("inf")
     for _ in range(repeat):
         fill(store, keys, old)

@@ -9,6 +9,7 @@ never import each other or ``streaming``; ``streaming`` writes through the onlin
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,12 +32,27 @@ ENGINES = frozenset({"pyspark", "py4j", "redis", "fastapi", "uvicorn", "lmdb", "
 
 def imported(path: Path) -> set[str]:
     """Return the dotted names of every module ``path`` imports, anywhere in the file."""
+    return imports_in(path.read_text(), path.relative_to(PACKAGE.parent).with_suffix("").parts)
+
+
+def imports_in(source: str, module: tuple[str, ...]) -> set[str]:
+    """Return the modules that ``source``, the text of ``module``, imports.
+
+    Relative imports are resolved against the module's package, and ``from timetile import
+    offline`` names ``timetile.offline`` (a name that is no module of timetile is left out).
+    """
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(module[:len(module) - node.level]) if node.level else ""
+            name = ".".join(part for part in (base, node.module or "") if part)
+            names.add(name)
+            if name == "timetile":
+                names.update(f"timetile.{alias.name}" for alias in node.names
+                             if (PACKAGE / alias.name).is_dir()
+                             or (PACKAGE / f"{alias.name}.py").is_file())
     return names
 
 
@@ -71,7 +87,28 @@ def test_api_needs_only_the_standard_library() -> None:
     assert not found, "\n".join(found)
 
 
-def test_the_check_sees_a_crossing(tmp_path: Path) -> None:
-    source = tmp_path / "bad.py"
-    source.write_text("def f():\n    from timetile.offline.backfill import backfill\n")
-    assert "timetile.offline.backfill" in imported(source)
+def test_the_check_sees_a_crossing() -> None:
+    module = ("timetile", "online", "probe")
+    crossings = {
+        "def f():\n    from timetile.offline.backfill import backfill\n":
+            "timetile.offline.backfill",
+        "from ..offline import plan\n": "timetile.offline",
+        "from timetile import streaming, __version__\n": "timetile.streaming",
+    }
+    for source, name in crossings.items():
+        assert name in imports_in(source, module), source
+    assert "timetile.__version__" not in imports_in("from timetile import __version__", module)
+
+
+def test_serving_never_loads_spark() -> None:
+    """A fetcher or HTTP server imports no Spark: ``tt.backfill`` loads on first use."""
+    script = ("import sys, timetile.online.server, timetile.online.fetcher, "
+              "timetile.online.redis_store\n"
+              "loaded = [m for m in sys.modules if m.split('.')[0] == 'pyspark'\n"
+              "          or m.startswith(('timetile.offline', 'timetile.spark'))]\n"
+              "print(','.join(loaded))\n"
+              "import timetile\n"
+              "assert timetile.backfill.__module__ == 'timetile.offline.backfill'\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == ""

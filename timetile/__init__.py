@@ -16,6 +16,11 @@ Define features with :class:`GroupBy` and :class:`Join`, then compute training d
     frame = tt.backfill(training, spark=spark, start="2024-01-01", end="2024-03-31")
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from timetile.api import (
     Accuracy,
     Aggregation,
@@ -28,10 +33,36 @@ from timetile.api import (
     Problem,
     Window,
 )
-from timetile.offline.backfill import BackfillJob, backfill
-from timetile.offline.report import BadInputError, JobReport
+
+if TYPE_CHECKING:
+    from timetile.offline.backfill import BackfillJob, backfill
+    from timetile.offline.report import BadInputError, JobReport
 
 __version__ = "0.1.0"
+
+#: The names that need Spark, imported on first use: a fetcher or an HTTP server that
+#: imports ``timetile.online`` never loads PySpark.
+_ON_FIRST_USE = {
+    "BackfillJob": "timetile.offline.backfill",
+    "backfill": "timetile.offline.backfill",
+    "BadInputError": "timetile.offline.report",
+    "JobReport": "timetile.offline.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a Spark-backed name (see ``_ON_FIRST_USE``) the first time it is asked for."""
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'timetile' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the public names, those imported on first use included."""
+    return sorted({*globals(), *__all__})
 
 __all__ = [
     "Accuracy",

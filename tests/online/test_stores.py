@@ -241,6 +241,7 @@ def _commands(server: redis.Redis) -> dict[str, int]:
 def test_redis_expiry_reads_only_the_keys_with_old_tiles(redis_url: str) -> None:
     store = RedisStore(redis_url)
     store.flush()
+    assert store.expire_tiles("clicks", 0) == 0  # the table's first expiry: its one SCAN
     store.put_tiles("clicks", [(b"k%d" % i, 100 + i, b"", b"v") for i in range(2_000)])
     store.put_tiles("clicks", [(b"old%d" % i, start, b"", b"v") for i in range(3)
                                for start in (1, 2, 200)])
@@ -254,12 +255,29 @@ def test_redis_expiry_reads_only_the_keys_with_old_tiles(redis_url: str) -> None
     calls = _commands(server)
     assert "scan" not in calls
     assert "keys" not in calls
-    assert calls["zrangebyscore"] == 2 + 3 + 1  # two pages, each old key, the tied bucket
+    assert calls["zrangebyscore"] == 2 + 3  # two pages of the index, then each old key
     assert [server.zscore(index, key) for key in (b"old0", b"old2", b"k0")] == [200, 200, 100]
     assert server.zcard(index) == 2_003
     assert store.expire_tiles("clicks", 10_000) == 2_000 + 3
     assert server.exists(index) == 0  # no key holds tiles: the index is gone too
     assert store.multi_get("clicks", [b"k7"]) == [b"record"]  # records are not tiles
+    server.close()
+    store.close()
+
+
+def test_redis_indexes_tiles_written_before_its_index_once(redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    store.flush()
+    store.put_tiles("clicks", [(key, start, b"", b"v") for key in (b"a", b"b\x00*")
+                               for start in (1, 5, 9)])
+    server = redis.Redis.from_url(redis_url)
+    server.delete(b"tt:clicks:o", b"tt:clicks:indexed")  # as an older timetile left them
+    assert store.expire_tiles("clicks", 6) == 4
+    assert store.get_tiles("clicks", [b"a", b"b\x00*"], MIN, MAX) == [[(9, b"", b"v")]] * 2
+    server.config_resetstat()
+    store.put_tiles("clicks", [(b"c", 2, b"", b"v")])
+    assert store.expire_tiles("clicks", 6) == 1
+    assert "scan" not in _commands(server)  # indexed once: never scanned again
     server.close()
     store.close()
 

@@ -11,15 +11,20 @@ Layout, per table and key (key names are binary-safe: the key's raw bytes go in 
   member) order;
 - per table, a sorted set ``tt:{table}:o`` of the keys that have tiles, each scored by its
   oldest tile start: expiry reads there which keys hold tiles to delete, so it touches those
-  keys only, never the rest of the database.
+  keys only, never the rest of the database. ``tt:{table}:indexed`` marks a table whose
+  older tiles (written before the index existed) have been indexed: the first expiry of a
+  table without it scans the database once (``SCAN``) and indexes them.
 
 :meth:`RedisStore.get_tiles` costs two round trips for any number of keys: one pipeline of
-``ZRANGEBYSCORE``, then one of ``HMGET``. :meth:`RedisStore.put_tiles` is one pipeline, not a
-transaction: each hash field is written before its sorted-set entry, so a reader never sees
-an entry without its value, and a put cut short is completed by replaying it (entries are
-idempotent). The table's index of oldest starts goes last, and only ever lowers a score
-(``ZADD LT``); expiry raises it again, per key, in a Lua script that reads the key's new
-oldest entry and writes it in one step, so a put running beside it cannot be left unindexed.
+``ZRANGEBYSCORE``, then one of ``HMGET``. :meth:`RedisStore.put_tiles` is one
+``MULTI``/``EXEC``: a reader sees all of a put or none of it, and a put cut short leaves
+nothing behind (entries are idempotent: replay it). It lowers a key's score in the index
+only (``ZADD LT``, Redis 6.2 or later); expiry raises it again, per key, in a Lua script
+that reads the key's new oldest entry and writes it in one step, so a put running beside it
+cannot be left unindexed.
+
+The server must not evict keys (``maxmemory-policy noeviction``, Redis's default): an evicted
+record loses features silently, and an evicted index leaves its tiles to no expiry.
 
 Scores are doubles, exact for tile starts up to 2**53 ms (285,000 years); past that the
 range bounds are widened by the rounding and the exact filter runs on the client.
@@ -44,6 +49,8 @@ from redis.retry import Retry
 from timetile.online.store import KVStore, StoreUnavailable, Tile, check_table
 
 _SIGN = 1 << 63
+#: Tile starts up to this magnitude are exact as Redis scores (doubles).
+_EXACT = 1 << 53
 #: Keys per expiry round trip.
 _EXPIRE_PAGE = 500
 #: Fields per ``ZREM``/``HDEL`` command when a key has many tiles to expire.
@@ -150,7 +157,7 @@ class RedisStore(KVStore):
             pipe.execute()
 
     def put_tiles(self, table: str, items: Iterable[tuple[bytes, int, bytes, bytes]]) -> None:
-        """Write (key, tile start, member, value) entries: one pipeline, ``HSET`` + ``ZADD``.
+        """Write (key, tile start, member, value) entries in one ``MULTI``/``EXEC``.
 
         One ``HSET`` and one ``ZADD`` per distinct key, then one ``ZADD LT`` of the keys'
         oldest starts into the table's index; the same (key, tile start, member) replaces its
@@ -167,7 +174,7 @@ class RedisStore(KVStore):
         hashes = self._name(table, b":t:", b"")
         zsets = self._name(table, b":z:", b"")
         with self._guard() as client:
-            pipe = client.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=True)
             for key, fields in values.items():
                 pipe.hset(hashes + key, mapping=fields)  # type: ignore[arg-type]
                 pipe.zadd(zsets + key, scores[key])
@@ -213,22 +220,52 @@ class RedisStore(KVStore):
         The table's index of oldest starts names the keys that hold such entries, 500 at a
         time; per page one pipeline of ``ZRANGEBYSCORE``, then one of ``ZREM`` + ``HDEL`` and
         the keys' re-indexing. O(log n + deleted + keys touched): the keys without old tiles
-        and the rest of the database are never read. The index entry of a tile goes before
-        its value: a value whose index entry is gone is never read.
+        and the rest of the database are never read, except by a table's first expiry, which
+        indexes the tiles written before the index existed (one ``SCAN``). The index entry
+        of a tile goes before its value: a value whose index entry is gone is never read.
         """
         index = self._name(table, b":o", b"")
         removed = 0
         with self._guard() as client:
-            # Scores are doubles: keys scored below before's double page out (each page's
-            # keys move to an oldest start >= before, so the loop ends); those that round to
-            # it exactly (starts beyond 2**53 ms) are taken once, whole.
+            self._index_older_tiles(client, table)
+            # Scores are doubles: the keys scored below before's double page out (each page's
+            # keys move to an oldest start >= before, so the loop ends).
             while page := client.zrangebyscore(index, "-inf", f"({before}", start=0,
                                                num=_EXPIRE_PAGE):
                 removed += self._expire_keys(client, table, cast("list[bytes]", page), before)
-            tied = client.zrangebyscore(index, before, before)
-            if tied:
-                removed += self._expire_keys(client, table, cast("list[bytes]", tied), before)
+            if abs(before) > _EXACT:  # only there can an older start share before's double
+                tied: list[bytes] = []
+                while page := client.zrangebyscore(index, before, before, start=len(tied),
+                                                   num=_EXPIRE_PAGE):
+                    tied.extend(cast("list[bytes]", page))
+                for at in range(0, len(tied), _EXPIRE_PAGE):
+                    removed += self._expire_keys(client, table, tied[at:at + _EXPIRE_PAGE],
+                                                 before)
         return removed
+
+    def _index_older_tiles(self, client: redis.Redis, table: str) -> None:
+        """Index the tiles of ``table`` written before its index existed; once per table.
+
+        A ``SCAN`` of the database's key names for the table's sorted sets, adding each one's
+        oldest start with ``ZADD LT``; then the table is marked, and never scanned again.
+        """
+        marker = self._name(table, b":indexed", b"")
+        if client.exists(marker):
+            return
+        index = self._name(table, b":o", b"")
+        zsets = self._name(table, b":z:", b"")
+        names = list(dict.fromkeys(  # SCAN may return a name twice
+            cast("list[bytes]", client.scan_iter(match=zsets + b"*", count=_EXPIRE_PAGE))))
+        for at in range(0, len(names), _EXPIRE_PAGE):
+            page = names[at:at + _EXPIRE_PAGE]
+            pipe = client.pipeline(transaction=False)
+            for name in page:
+                pipe.zrange(name, 0, 0, withscores=True)
+            oldest = {name[len(zsets):]: first[0][1]
+                      for name, first in zip(page, pipe.execute(), strict=True) if first}
+            if oldest:
+                client.zadd(index, oldest, lt=True)
+        client.set(marker, b"1")
 
     def _expire_keys(self, client: redis.Redis, table: str, keys: list[bytes],
                      before: int) -> int:
