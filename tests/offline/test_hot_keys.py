@@ -21,7 +21,6 @@ from timetile.offline.hot_keys import (
     chunk_length,
     find_hot_keys,
     part_reach,
-    rows_per_ms,
     with_chunks,
 )
 from timetile.offline.plan import ExecutorOptions, plan_backfill
@@ -87,15 +86,25 @@ def test_every_chunk_that_can_see_an_event_gets_a_copy(spark: Any, case_limit: i
 
 
 def test_chunk_lengths_bound_rows_and_copies() -> None:
-    dense = rows_per_ms(10**9, 0, DAY_MS)  # events alone, too dense: two reaches
-    assert chunk_length(HOUR_MS, 1000, events_per_ms=dense) == 2 * HOUR_MS
-    sparse = rows_per_ms(1000, 0, 100 * DAY_MS)  # 10 a day: 100 rows less the reach's 10
-    assert chunk_length(DAY_MS, 100, events_per_ms=sparse) == 9 * DAY_MS
-    asked = rows_per_ms(10**6, 0, 100 * DAY_MS)  # 10,000 left rows a day, a 7-day window
-    assert chunk_length(7 * DAY_MS, 1000, events_per_ms=sparse, queries_per_ms=asked,
-                        event_share=0.001) == 134 * 60_000  # (1000 - 70) / 10,010 a day
-    assert chunk_length(7 * DAY_MS, 100, events_per_ms=sparse, queries_per_ms=asked,
-                        event_share=0.5) == 7 * DAY_MS  # the copies' bound: 2 · reach · 0.5
+    assert chunk_length(HOUR_MS, 1000, events=10**9, events_ms=DAY_MS) == 2 * HOUR_MS  # dense
+    assert chunk_length(DAY_MS, 100, events=1000,  # 10 a day: 100 rows less the reach's 10
+                        events_ms=100 * DAY_MS) == 9 * DAY_MS
+    sparse = {"events": 1000, "events_ms": 100 * DAY_MS}
+    asked = {"queries": 10**6, "queries_ms": 100 * DAY_MS}  # 10,000 left rows a day
+    assert chunk_length(7 * DAY_MS, 1000, **sparse, **asked) == 134 * 60_000  # (1000 - 70)
+    # / 10,010 a day; the copies' bound: 2 · reach · the events' share of the key's rows
+    assert chunk_length(7 * DAY_MS, 100, events=10**6, events_ms=100 * DAY_MS,
+                        **asked) == 7 * DAY_MS
+    spread = {"queries": 30_000_000, "queries_ms": 60 * DAY_MS}  # 500,000 left rows a day
+    # a burst of 100,000 events in an hour, or one sampled event (a span of 1 ms): every
+    # event fits in each chunk's reach, so (2M - events) / 500,000 a day
+    assert chunk_length(7 * DAY_MS, 2_000_000, events=100_000, events_ms=HOUR_MS,
+                        **spread) == 92 * HOUR_MS
+    assert chunk_length(7 * DAY_MS, 2_000_000, events=2_000, events_ms=1,
+                        **spread) == 96 * HOUR_MS
+    # left rows all at one instant: no length holds them; at most 128 extra copies an event
+    assert chunk_length(7 * DAY_MS, 2_000_000, events=1_000, events_ms=60 * DAY_MS,
+                        queries=30_000_000, queries_ms=1) == 79 * 60_000
 
 
 def boundary_frames(spark: Any, chunk: int) -> tuple[Any, Any]:

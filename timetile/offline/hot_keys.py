@@ -7,14 +7,13 @@ chunks of ``length`` milliseconds; a query goes to the chunk of its time, and an
 its own chunk and to every later chunk whose queries can still see it (those within the
 window's reach, :func:`~timetile.core.windows.window_reach`). Each (key, chunk) is swept on
 its own, so a task holds one chunk of the key and the reach before it, and every query still
-sees exactly the events of its windows. The copies of events are bounded too: a chunk is at
-least twice the reach times the events' share of the key's rows, so the copies add at most
-half the key's rows. A key hot by its events thus gets chunks of at least two reaches (an
-event goes to 1.5 chunks on average, and a task holds at least three reaches of its events,
-which for a key dense enough is over the limit); a key hot by its left rows, with few
-events, gets chunks as short as its queries need. A key whose rows all lie within one such
-shortest chunk cannot be cut by time at all: it is swept whole, and the report says so (the
-tiled executor bounds it by hop instead).
+sees exactly the events of its windows. The copies of events are bounded too (see
+:func:`chunk_length`): they add at most half the key's rows, on average. A key of events
+alone thus gets chunks of at least two reaches (an event goes to 1.5 chunks on average, and
+a task holds at least three reaches of its events, which for a key dense enough is over the
+limit); a key hot by its left rows, with few events, gets chunks as short as its queries
+need. A key whose rows all lie within one such shortest chunk cannot be cut by time at all:
+it is swept whole, and the report says so (the tiled executor bounds it by hop instead).
 
 Finding hot keys costs one Spark job, which scans the part's events and left rows and groups
 a sample of them by key; a backfill runs it only for a part whose events and left rows
@@ -47,15 +46,20 @@ if TYPE_CHECKING:
 #: The sweep's Python worker peaks near 170 bytes per event (3.4 GB for a 20M-event key,
 #: measured with ``benchmarks/hot_key.py``), so a chunk at the limit takes about 350 MB:
 #: within the memory overhead a cluster gives a Python worker next to its JVM executor.
-#: A key hot by its events gets chunks of at least two reaches, so a denser key gets bigger
+#: A key of events alone gets chunks of at least two reaches, so a denser key gets bigger
 #: ones: in ``hot_key.py`` (20M events over 60 days, a 7-day window) a chunk and its reach
 #: hold about 7M events, 1.7 GB at the peak measured, against 3.4 GB whole. A key of 1M
-#: events and 10M left rows peaks at 1.1 GB cut, against 2.2 GB whole.
+#: events and 30M left rows peaks at 1.06 GB in chunks of 88 hours, against 2.41 GB in
+#: chunks of two reaches.
 DEFAULT_MAX_KEY_EVENTS = 2_000_000
 
 #: Sampled rows expected from a key right at the limit: the relative error of its estimate
 #: is about ``1 / sqrt(SAMPLED_AT_LIMIT)``, 3%.
 SAMPLED_AT_LIMIT = 1_000
+
+#: At most this many extra copies of an event, on average (a chunk is at least the reach over
+#: it long): a key whose left rows are too dense to cut gets chunks over the limit instead.
+MAX_EXTRA_COPIES = 128
 
 #: The internal chunk column; 0 for every row of a key that is not split.
 CHUNK = "_tt_chunk"
@@ -113,9 +117,9 @@ class KeySplit:
         reach: how far back the part's windows reach (ms): see :func:`part_reach`.
         key_types: the Spark types of the key columns: the events' and queries' types,
             widened where one side is narrower.
-        whole: keys over the limit whose sampled rows all lie within one chunk (two
-            reaches): cutting them by time would copy nearly every event, so they are swept
-            whole. Reported, not split.
+        whole: keys over the limit whose sampled rows all lie within one chunk of the
+            shortest length that keeps the copies of events bounded (two reaches, for a key
+            of events alone): they are swept whole. Reported, not split.
 
     """
 
@@ -134,8 +138,8 @@ class KeySplit:
                          f"{format_duration(largest.chunk_ms)}")
         if self.whole:
             lines.append(f"{name}: {self._listed(self.whole)} swept whole, each in one task: their "
-                         "rows lie within twice the windows' reach, too close to cut by "
-                         "time. executor='tiled' bounds them by hop")
+                         "rows lie too close in time to cut without copying their events "
+                         "over and over. executor='tiled' bounds them by hop")
         return lines
 
     def _listed(self, keys: tuple[HotKey, ...]) -> str:
@@ -196,45 +200,46 @@ def part_reach(plan: PartPlan) -> int | None:
     return max((reach for reach in reaches if reach is not None), default=0)
 
 
-def rows_per_ms(rows: int, first: int | None, last: int | None) -> float:
-    """Return the density of ``rows`` spread evenly over ``[first, last]`` (0 without rows).
-
-    >>> rows_per_ms(500, 0, 1000), rows_per_ms(0, None, None)
-    (0.5, 0.0)
-    """
-    if not rows or first is None or last is None:
-        return 0.0
-    return rows / max(last - first, 1)
+def _span_ms(first: int | None, last: int | None) -> int:
+    """Return the length of ``[first, last]`` in ms, at least 1 (1 without rows)."""
+    return 1 if first is None or last is None else max(last - first, 1)
 
 
-def chunk_length(reach: int, max_rows: int, *, events_per_ms: float,
-                 queries_per_ms: float = 0.0, event_share: float = 1.0) -> int:
-    """Return a chunk length whose chunk holds about ``max_rows`` rows.
+def chunk_length(reach: int, max_rows: int, *, events: int, events_ms: int,
+                 queries: int = 0, queries_ms: int = 1) -> int:
+    """Return a chunk length whose chunk holds about ``max_rows`` rows of one key.
 
-    A chunk of length L holds the queries of its time and the events of its time and of the
-    reach before it: about (e + q)·L + e·reach rows for a key of ``events_per_ms`` e and
-    ``queries_per_ms`` q, so L = (max_rows − e·reach) / (e + q). An event is copied into
-    1 + reach / L chunks on average, so L is at least 2·reach·``event_share`` (the events'
-    share of the key's rows): the copies add at most half the key's rows. A key of events
-    alone thus gets chunks of at least two reaches (1.5 copies per event), and one too
-    dense for that gets chunks over the limit rather than more copies; a key hot by its
-    queries can get chunks shorter than the reach. The length is rounded up to a whole unit
-    (day, hour, minute, second) of at most a tenth of it.
+    The key has ``events`` spread over ``events_ms`` and ``queries`` over ``queries_ms``
+    (densities e and q). A chunk of length L holds the queries of its time and the events
+    of its time and of the reach before it: about q·L + min(E, e·(L + reach)) rows. The
+    longest L under ``max_rows`` is (max_rows − e·reach) / (e + q) for events spread evenly,
+    or (max_rows − E) / q if every event fits in each chunk (a burst of events among spread
+    queries). An event is copied into 1 + reach / L chunks on average, so L is at least
+    2·reach·E / (E + Q), which keeps the copies under half the key's rows, and at least
+    reach / :data:`MAX_EXTRA_COPIES`. A key of events alone thus gets chunks of at least
+    two reaches (1.5 copies per event), and one too dense for that gets chunks over the
+    limit rather than more copies; a key hot by its queries can get chunks shorter than the
+    reach. The length is rounded up to a whole unit (day, hour, minute, second) of at most
+    a tenth of it.
 
     >>> day = 86_400_000
-    >>> events = rows_per_ms(20_000_000, 0, 60 * day)  # 20M events over 60 days
-    >>> chunk_length(day, 2_000_000, events_per_ms=events) // day
+    >>> chunk_length(day, 2_000_000, events=20_000_000, events_ms=60 * day) // day
     5
-    >>> chunk_length(7 * day, 2_000_000, events_per_ms=events) // day
+    >>> chunk_length(7 * day, 2_000_000, events=20_000_000, events_ms=60 * day) // day
     14
-    >>> queries = rows_per_ms(30_000_000, 0, 60 * day)  # 1M events and 30M left rows
-    >>> chunk_length(7 * day, 2_000_000, events_per_ms=rows_per_ms(1_000_000, 0, 60 * day),
-    ...              queries_per_ms=queries, event_share=1 / 31) // 3_600_000  # hours
+    >>> chunk_length(7 * day, 2_000_000, events=1_000_000, events_ms=60 * day,  # hours
+    ...              queries=30_000_000, queries_ms=60 * day) // 3_600_000
     88
     """
-    per_ms = events_per_ms + queries_per_ms
-    fits = math.floor((max_rows - events_per_ms * reach) / per_ms) if per_ms > 0 else 0
-    length = max(fits, math.ceil(2 * reach * event_share), 1)
+    per_ms = events / max(events_ms, 1)
+    queries_per_ms = queries / max(queries_ms, 1)
+    fits = (math.floor((max_rows - per_ms * reach) / (per_ms + queries_per_ms))
+            if events or queries else 0)
+    if queries and events < max_rows:
+        fits = max(fits, math.floor((max_rows - events) / queries_per_ms))
+    copies = max(math.ceil(2 * reach * events / max(events + queries, 1)),
+                 math.ceil(reach / MAX_EXTRA_COPIES))
+    length = max(fits, copies, 1)
     unit = next((size for size in sorted(UNIT_MS.values(), reverse=True)
                  if 10 * size <= length), 1)
     return -(-length // unit) * unit  # up to a round length (10% at most), for the report
@@ -275,10 +280,9 @@ def find_hot_keys(plan: PartPlan, queries: Sequence[DataFrame], reach: int, max_
                 .collect()):  # the hot keys only: few rows
         events, queried = round(row["_events"] / rate), round(row["_asked"] / rate)
         length = chunk_length(
-            reach, max_rows,
-            events_per_ms=rows_per_ms(events, row["_events_first"], row["_events_last"]),
-            queries_per_ms=rows_per_ms(queried, row["_asked_first"], row["_asked_last"]),
-            event_share=events / max(events + queried, 1))
+            reach, max_rows, events=events,
+            events_ms=_span_ms(row["_events_first"], row["_events_last"]),
+            queries=queried, queries_ms=_span_ms(row["_asked_first"], row["_asked_last"]))
         found.append(HotKey(tuple(row[key] for key in plan.keys), events, int(row["_first"]),
                             int(row["_last"]), length, left_rows=queried))
     found.sort(key=lambda hot: -hot.rows)
