@@ -16,11 +16,14 @@ from timetile.core.windows import WindowKind, window_bounds, window_reach
 from timetile.offline.hot_keys import (
     CASE_LIMIT,
     CHUNK,
+    WORTH_CUTTING,
     HotKey,
     KeySplit,
     chunk_length,
+    chunk_load,
     find_hot_keys,
     part_reach,
+    shortest_chunk,
     with_chunks,
 )
 from timetile.offline.plan import ExecutorOptions, plan_backfill
@@ -85,26 +88,45 @@ def test_every_chunk_that_can_see_an_event_gets_a_copy(spark: Any, case_limit: i
             assert events[(k, s, t)] == queries[(k, s, t)] == [0]
 
 
-def test_chunk_lengths_bound_rows_and_copies() -> None:
-    assert chunk_length(HOUR_MS, 1000, events=10**9, events_ms=DAY_MS) == 2 * HOUR_MS  # dense
-    assert chunk_length(DAY_MS, 100, events=1000,  # 10 a day: 100 rows less the reach's 10
-                        events_ms=100 * DAY_MS) == 9 * DAY_MS
-    sparse = {"events": 1000, "events_ms": 100 * DAY_MS}
-    asked = {"queries": 10**6, "queries_ms": 100 * DAY_MS}  # 10,000 left rows a day
-    assert chunk_length(7 * DAY_MS, 1000, **sparse, **asked) == 134 * 60_000  # (1000 - 70)
-    # / 10,010 a day; the copies' bound: 2 · reach · the events' share of the key's rows
-    assert chunk_length(7 * DAY_MS, 100, events=10**6, events_ms=100 * DAY_MS,
-                        **asked) == 7 * DAY_MS
-    spread = {"queries": 30_000_000, "queries_ms": 60 * DAY_MS}  # 500,000 left rows a day
-    # a burst of 100,000 events in an hour, or one sampled event (a span of 1 ms): every
-    # event fits in each chunk's reach, so (2M - events) / 500,000 a day
-    assert chunk_length(7 * DAY_MS, 2_000_000, events=100_000, events_ms=HOUR_MS,
-                        **spread) == 92 * HOUR_MS
-    assert chunk_length(7 * DAY_MS, 2_000_000, events=2_000, events_ms=1,
-                        **spread) == 96 * HOUR_MS
-    # left rows all at one instant: no length holds them; at most 128 extra copies an event
-    assert chunk_length(7 * DAY_MS, 2_000_000, events=1_000, events_ms=60 * DAY_MS,
-                        queries=30_000_000, queries_ms=1) == 79 * 60_000
+def evenly(rows: int, span: int, start: int = 0) -> list[int]:
+    """Return ``rows`` times spread evenly over ``[start, start + span)``."""
+    return [start + i * span // rows for i in range(rows)]
+
+
+def test_chunk_lengths_fit_the_sampled_rows_and_bound_the_copies() -> None:
+    # events alone, 10,000 in a day: too dense for 1,000 rows a chunk; two reaches
+    assert chunk_length(evenly(10_000, DAY_MS), [], HOUR_MS, 1000) == 2 * HOUR_MS
+    # 10 events a day: a chunk and its day of reach hold 100 in 10 days
+    assert chunk_length(evenly(1000, 100 * DAY_MS), [], DAY_MS, 100) == 215 * HOUR_MS
+    # hot by its left rows, 1,000 a day and 1 event: a day a chunk, far under the reach
+    assert chunk_length(evenly(100, 100 * DAY_MS), evenly(100_000, 100 * DAY_MS),
+                        7 * DAY_MS, 1000) == 23 * HOUR_MS
+    # a burst of 100 events in an hour among 500 left rows a day: 900 / 500 a day
+    assert chunk_length(evenly(100, HOUR_MS, 10 * DAY_MS), evenly(30_000, 60 * DAY_MS),
+                        7 * DAY_MS, 1000) == 43 * HOUR_MS
+    # left rows at one instant cannot be cut: the copies' bound, 2 · reach · 500 / 15,500
+    assert chunk_length(evenly(500, 60 * DAY_MS), [0] * 15_000, 7 * DAY_MS,
+                        1000) == 11 * HOUR_MS
+    # half the rows are events: 2 · reach · 0.5
+    assert chunk_length(evenly(500, 60 * DAY_MS), [0] * 500, 7 * DAY_MS, 100) == 7 * DAY_MS
+
+
+def test_a_key_is_worth_cutting_when_its_shortest_chunks_hold_little_of_it() -> None:
+    """Judged at the shortest length allowed, not the fitted one: a key 5% over the limit,
+    spread over 60 days, fills its fitted chunks but is worth cutting; events alone within
+    two reaches are not."""
+    def fullest_share(events: list[int], queries: list[int], reach: int) -> float:
+        shortest = shortest_chunk(reach, len(events), len(queries))
+        held = chunk_load(np.array(events), np.array(queries), reach, shortest)
+        return held / (len(events) + len(queries))
+
+    spread = evenly(945, 60 * DAY_MS), evenly(105, 60 * DAY_MS)  # 1,050 sampled rows
+    assert fullest_share(*spread, HOUR_MS) <= WORTH_CUTTING
+    assert chunk_load(*(np.array(times) for times in spread), HOUR_MS,
+                      chunk_length(*spread, HOUR_MS, 1000)) > WORTH_CUTTING * 1050
+    assert fullest_share(evenly(1000, 2 * DAY_MS), [], DAY_MS) > WORTH_CUTTING
+    assert shortest_chunk(DAY_MS, 1000, 0) == 2 * DAY_MS
+    assert shortest_chunk(128 * DAY_MS, 1, 10**9) == DAY_MS  # copies per event: 128 at most
 
 
 def boundary_frames(spark: Any, chunk: int) -> tuple[Any, Any]:
@@ -216,12 +238,37 @@ def test_a_key_hot_by_its_left_rows_gets_chunks_shorter_than_the_reach(spark: An
     (hot,) = split.hot
     assert hot.key == (7,)
     assert 12 * HOUR_MS < hot.chunk_ms < DAY_MS
-    length = hot.chunk_ms
-    held = [sum(1 for _, t, _ in left if t // length == chunk)
-            + sum(1 for key, t, _ in events if key == 7 and chunk * length - 3 * DAY_MS <= t
-                  < (chunk + 1) * length)
-            for chunk in {t // length for _, t, _ in left}]
+    held = rows_per_chunk(hot, [t for key, t, _ in events if key == 7],
+                          [t for _, t, _ in left], 3 * DAY_MS)
     assert max(held) <= 1.5 * 150, held  # each chunk and its reach: near the limit
+    assert not mismatches(join, job.dataframe(), spark, ["ts", "label"])
+
+
+def rows_per_chunk(hot: HotKey, events: list[int], queries: list[int], reach: int) -> list[int]:
+    """Return, for each chunk of ``hot`` that holds a row, its queries and the events of
+    its time and of the reach before it: the rows its sweep task holds."""
+    length = hot.chunk_ms
+    return [sum(1 for t in queries if t // length == chunk)
+            + sum(1 for t in events if chunk * length - reach <= t < (chunk + 1) * length)
+            for chunk in {t // length for t in (*queries, *events)}]
+
+
+def test_a_burst_of_events_sizes_the_chunks_of_its_key(spark: Any) -> None:
+    """2,000 events over 30 days and 2,000 more in two of them, a limit of 500: chunks
+    sized by the burst hold about 500 rows where the 30 days' mean density would give
+    chunks of 3.6 days, and the one holding the burst 2,500 rows."""
+    rng = np.random.default_rng(61)
+    times = [*rng.integers(0, 30 * DAY_MS, 2000), *rng.integers(10 * DAY_MS, 12 * DAY_MS, 2000)]
+    events = [(1, BASE + int(t), 1.0) for t in times]
+    left = [(1, BASE + int(t), 0.0) for t in rng.integers(0, 30 * DAY_MS, 100)]
+    join = one_key_join(spark, events, left)
+    job = tt.BackfillJob(join, spark, max_key_events=500)
+    part = job.plan.parts[0]
+    split = find_hot_keys(part, [part.query_rows(job.plan.left)], HOUR_MS, 500)
+    (hot,) = split.hot
+    assert hot.chunk_ms <= 12 * HOUR_MS
+    held = rows_per_chunk(hot, [t for _, t, _ in events], [t for _, t, _ in left], HOUR_MS)
+    assert max(held) <= 1.5 * 500, held
     assert not mismatches(join, job.dataframe(), spark, ["ts", "label"])
 
 

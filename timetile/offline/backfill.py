@@ -281,7 +281,8 @@ class BackfillJob:
                    for other in self.plan.parts
                    if isinstance(other, PartPlan) and other.part.group_by.name == name]
         with self.report.stage("find hot keys"):
-            found = find_hot_keys(part, queries, reach, self.max_key_events)
+            found = find_hot_keys(part, queries, reach, self.max_key_events,
+                                  rows=events.usable + left_rows.usable * len(queries))
         self.report.notes.extend(found.describe(name))
         if found.hot:
             self._splits[name] = found

@@ -7,13 +7,15 @@ chunks of ``length`` milliseconds; a query goes to the chunk of its time, and an
 its own chunk and to every later chunk whose queries can still see it (those within the
 window's reach, :func:`~timetile.core.windows.window_reach`). Each (key, chunk) is swept on
 its own, so a task holds one chunk of the key and the reach before it, and every query still
-sees exactly the events of its windows. The copies of events are bounded too (see
-:func:`chunk_length`): they add at most half the key's rows, on average. A key of events
-alone thus gets chunks of at least two reaches (an event goes to 1.5 chunks on average, and
-a task holds at least three reaches of its events, which for a key dense enough is over the
-limit); a key hot by its left rows, with few events, gets chunks as short as its queries
-need. A key whose rows all lie within one such shortest chunk cannot be cut by time at all:
-it is swept whole, and the report says so (the tiled executor bounds it by hop instead).
+sees exactly the events of its windows. The length is fitted on the key's sampled times,
+so that each chunk holds about ``max_key_events`` rows wherever its bursts fall, and the
+copies of events are bounded too (see :func:`chunk_length`): they add at most half the
+key's rows, on average. A key of events alone thus gets chunks of at least two reaches (an
+event goes to 1.5 chunks on average, and a task holds at least three reaches of its
+events, which for a key dense enough is over the limit); a key hot by its left rows, with
+few events, gets chunks as short as its queries need. A key whose fullest chunk would still
+hold most of it (:data:`WORTH_CUTTING`) is swept whole, and the report says so (the tiled
+executor bounds it by hop instead).
 
 Finding hot keys costs one Spark job, which scans the part's events and left rows and groups
 a sample of them by key; a backfill runs it only for a part whose events and left rows
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -49,13 +52,21 @@ if TYPE_CHECKING:
 #: A key of events alone gets chunks of at least two reaches, so a denser key gets bigger
 #: ones: in ``hot_key.py`` (20M events over 60 days, a 7-day window) a chunk and its reach
 #: hold about 7M events, 1.7 GB at the peak measured, against 3.4 GB whole. A key of 1M
-#: events and 30M left rows peaks at 1.06 GB in chunks of 88 hours, against 2.41 GB in
+#: events and 30M left rows peaks at 0.99 GB in chunks of 84 hours, against 2.41 GB in
 #: chunks of two reaches.
 DEFAULT_MAX_KEY_EVENTS = 2_000_000
 
 #: Sampled rows expected from a key right at the limit: the relative error of its estimate
 #: is about ``1 / sqrt(SAMPLED_AT_LIMIT)``, 3%.
 SAMPLED_AT_LIMIT = 1_000
+
+#: A hot key is cut only when its fullest chunk (with the reach before it), at the shortest
+#: length allowed, holds at most this share of its rows: less is not worth the copies.
+WORTH_CUTTING = 0.75
+
+#: Sampled times the search gathers at most, for all keys together (16 MB): beyond it the
+#: times are thinned, and the chunk lengths fitted on fewer of them.
+MAX_SAMPLED_TIMES = 2_000_000
 
 #: At most this many extra copies of an event, on average (a chunk is at least the reach over
 #: it long): a key whose left rows are too dense to cut gets chunks over the limit instead.
@@ -65,6 +76,7 @@ MAX_EXTRA_COPIES = 128
 CHUNK = "_tt_chunk"
 _CHUNK_LENGTH = "_tt_chunk_ms"
 _SIDE = "_tt_side"  # in the search: -1 for an event, else the index of the query set
+_DRAW = "_tt_draw"  # in the search: a row's uniform draw, for the sample and its times
 
 #: Key comparisons (hot keys × key columns) up to which :func:`with_chunks` finds a row's
 #: chunk length with one CASE expression, compiled; beyond it, by a broadcast join, which
@@ -117,9 +129,10 @@ class KeySplit:
         reach: how far back the part's windows reach (ms): see :func:`part_reach`.
         key_types: the Spark types of the key columns: the events' and queries' types,
             widened where one side is narrower.
-        whole: keys over the limit whose sampled rows all lie within one chunk of the
-            shortest length that keeps the copies of events bounded (two reaches, for a key
-            of events alone): they are swept whole. Reported, not split.
+        whole: keys over the limit whose fullest chunk, with its reach, would still hold
+            more than :data:`WORTH_CUTTING` of their rows, even at the shortest length that
+            keeps the copies of events bounded (two reaches, for a key of events alone):
+            they are swept whole. Reported, not split.
 
     """
 
@@ -200,53 +213,81 @@ def part_reach(plan: PartPlan) -> int | None:
     return max((reach for reach in reaches if reach is not None), default=0)
 
 
-def _span_ms(first: int | None, last: int | None) -> int:
-    """Return the length of ``[first, last]`` in ms, at least 1 (1 without rows)."""
-    return 1 if first is None or last is None else max(last - first, 1)
+def chunk_load(events: np.ndarray, queries: np.ndarray, reach: int, length: int) -> int:
+    """Return the most rows one chunk of ``length`` holds.
 
-
-def chunk_length(reach: int, max_rows: int, *, events: int, events_ms: int,
-                 queries: int = 0, queries_ms: int = 1) -> int:
-    """Return a chunk length whose chunk holds about ``max_rows`` rows of one key.
-
-    The key has ``events`` spread over ``events_ms`` and ``queries`` over ``queries_ms``
-    (densities e and q). A chunk of length L holds the queries of its time and the events
-    of its time and of the reach before it: about q·L + min(E, e·(L + reach)) rows. The
-    longest L under ``max_rows`` is (max_rows − e·reach) / (e + q) for events spread evenly,
-    or (max_rows − E) / q if every event fits in each chunk (a burst of events among spread
-    queries). An event is copied into 1 + reach / L chunks on average, so L is at least
-    2·reach·E / (E + Q), which keeps the copies under half the key's rows, and at least
-    reach / :data:`MAX_EXTRA_COPIES`. A key of events alone thus gets chunks of at least
-    two reaches (1.5 copies per event), and one too dense for that gets chunks over the
-    limit rather than more copies; a key hot by its queries can get chunks shorter than the
-    reach. The length is rounded up to a whole unit (day, hour, minute, second) of at most
-    a tenth of it.
-
-    >>> day = 86_400_000
-    >>> chunk_length(day, 2_000_000, events=20_000_000, events_ms=60 * day) // day
-    5
-    >>> chunk_length(7 * day, 2_000_000, events=20_000_000, events_ms=60 * day) // day
-    14
-    >>> chunk_length(7 * day, 2_000_000, events=1_000_000, events_ms=60 * day,  # hours
-    ...              queries=30_000_000, queries_ms=60 * day) // 3_600_000
-    88
+    A chunk holds its queries, and its events with those of the reach before it; ``events``
+    and ``queries`` are sorted times (int64). O((n + chunks) log n).
     """
-    per_ms = events / max(events_ms, 1)
-    queries_per_ms = queries / max(queries_ms, 1)
-    fits = (math.floor((max_rows - per_ms * reach) / (per_ms + queries_per_ms))
-            if events or queries else 0)
-    if queries and events < max_rows:
-        fits = max(fits, math.floor((max_rows - events) / queries_per_ms))
-    copies = max(math.ceil(2 * reach * events / max(events + queries, 1)),
-                 math.ceil(reach / MAX_EXTRA_COPIES))
-    length = max(fits, copies, 1)
-    unit = next((size for size in sorted(UNIT_MS.values(), reverse=True)
-                 if 10 * size <= length), 1)
-    return -(-length // unit) * unit  # up to a round length (10% at most), for the report
+    chunks = np.unique(np.concatenate([queries // length, events // length,
+                                       (events + reach) // length]))
+    starts = chunks * length
+    held = (np.searchsorted(events, starts + length) - np.searchsorted(events, starts - reach)
+            + np.searchsorted(queries, starts + length) - np.searchsorted(queries, starts))
+    return int(held.max()) if len(held) else 0
+
+
+def shortest_chunk(reach: int, events: int, queries: int) -> int:
+    """Return the shortest chunk length that keeps a key's copies of events bounded (ms).
+
+    An event is copied into 1 + reach / L chunks on average: at least 2·reach·E / (E + Q)
+    keeps the copies under half the key's rows, and reach / :data:`MAX_EXTRA_COPIES` under
+    that many per event.
+    """
+    return max(math.ceil(2 * reach * events / max(events + queries, 1)),
+               math.ceil(reach / MAX_EXTRA_COPIES), 1)
+
+
+def chunk_length(event_times: Sequence[int] | np.ndarray, query_times: Sequence[int] | np.ndarray,
+                 reach: int, budget: float) -> int:
+    """Return the chunk length of one key, fitted on its sampled times.
+
+    The longest length whose every chunk holds at most ``budget`` sampled rows (see
+    :func:`chunk_load`), found by bisection, so bursts of events or queries, and left rows
+    tied on one instant (daily labels at midnight), size the chunks as they fall. It is
+    never under :func:`shortest_chunk`: a key too dense for that gets chunks over the
+    budget rather than more copies (rounded up to a whole unit: day, hour, minute, second).
+    A key of events alone thus gets chunks of at least two reaches (1.5 copies per event); a
+    key hot by its queries can get chunks shorter than the reach. A fitted length is
+    rounded down to the largest whole unit of at most a tenth of it that still fits and
+    stays above that bound. O(n log n · log span).
+
+    >>> day, hour = 86_400_000, 3_600_000
+    >>> spread = [i * 6 * day // 1000 for i in range(10_000)]  # evenly, over 60 days
+    >>> chunk_length(spread, [], day, 1000) / hour  # 1,000 a chunk and its day of reach
+    119.0
+    >>> chunk_length(spread, [], 7 * day, 1000) / day  # never under two reaches
+    14.0
+    >>> midnights = [d * day for d in range(60) for _ in range(250)]  # ties: 250 a day
+    >>> chunk_length(spread[::20], midnights, 7 * day, 1000) / hour  # three midnights
+    71.0
+    """
+    events = np.sort(np.asarray(event_times, dtype=np.int64))
+    queries = np.sort(np.asarray(query_times, dtype=np.int64))
+    rows = len(events) + len(queries)
+    low = floor = shortest_chunk(reach, len(events), len(queries))
+    units = [size for size in sorted(UNIT_MS.values(), reverse=True) if 10 * size <= low]
+    if chunk_load(events, queries, reach, low) > budget:  # too dense: the copies' bound
+        return -(-low // units[0]) * units[0] if units else low
+    times = np.concatenate([events, queries])
+    high = max(int(times.max() - times.min()) + 1 if rows else 1, low)
+    if chunk_load(events, queries, reach, high) <= budget:
+        low = high
+    while high - low > max(low // 100, 1):  # to 1%: the sample is no finer
+        middle = (low + high) // 2
+        if chunk_load(events, queries, reach, middle) <= budget:
+            low = middle
+        else:
+            high = middle
+    for unit in [size for size in sorted(UNIT_MS.values(), reverse=True) if 10 * size <= low]:
+        rounded = low // unit * unit  # down to a round length (10% at most), for the report,
+        if rounded >= floor and chunk_load(events, queries, reach, rounded) <= budget:
+            return rounded  # where it still fits
+    return low
 
 
 def find_hot_keys(plan: PartPlan, queries: Sequence[DataFrame], reach: int, max_rows: int,
-                  *, seed: int = 0) -> KeySplit:
+                  *, rows: int | None = None, seed: int = 0) -> KeySplit:
     """Find the part's keys with more than ``max_rows`` rows in one sweep, from a sample.
 
     ``queries`` holds, for each sweep of these events (each part that shares the GroupBy),
@@ -258,43 +299,46 @@ def find_hot_keys(plan: PartPlan, queries: Sequence[DataFrame], reach: int, max_
     limit is expected to show :data:`SAMPLED_AT_LIMIT` times, grouped by key. Only the keys
     over the limit come back to the driver: about ``rows / max_rows`` of them at most. The
     estimates are the sampled counts over the rate; a miss costs only speed, never a wrong
-    result. The chunk length takes a key's events as spread evenly over their sampled span,
-    and its queries over theirs, so a key with bursts gets chunks of uneven size.
+    result. Each hot key's chunk length is fitted on its sampled times (:func:`chunk_length`),
+    with the queries of every sweep together. The sampled times of every key meet in the
+    aggregation before the hot ones are kept: about ``rows · 1,000 / max_rows`` of them, thinned
+    to :data:`MAX_SAMPLED_TIMES` when ``rows`` (the events and queries searched, if known)
+    says there would be more.
     """
     rate = min(1.0, SAMPLED_AT_LIMIT / max_rows)
     tagged = plan.events.select(*plan.keys, TIME, F.lit(-1).alias(_SIDE))
     for index, asked in enumerate(queries):  # the union widens a narrower key
         tagged = tagged.unionByName(asked.select(*plan.keys, TIME, F.lit(index).alias(_SIDE)))
-    sampled = tagged.where(F.rand(seed) < rate)
+    draw = F.rand(seed)
+    sampled = tagged.select("*", draw.alias(_DRAW)).where(F.col(_DRAW) < rate)
+    thin = 1.0 if rows is None else min(1.0, MAX_SAMPLED_TIMES / max(rows * rate, 1))
+    timed = F.col(_DRAW) < rate * thin  # a sub-sample of the sample: its times are kept
     key_types = tuple(sampled.schema[key].dataType for key in plan.keys)
     is_event = F.col(_SIDE) == -1
     counts = [F.count_if(F.col(_SIDE) == index) for index in range(len(queries))] or [F.lit(0)]
     most_asked = counts[0] if len(counts) == 1 else F.greatest(*counts)  # the fullest sweep
-    found = []
+    cut: list[HotKey] = []
+    whole: list[HotKey] = []
     for row in (sampled.groupBy(*(_collected(key, kind).alias(key)
                                   for key, kind in zip(plan.keys, key_types, strict=True)))
                 .agg(F.count_if(is_event).alias("_events"), most_asked.alias("_asked"),
                      F.min(TIME).alias("_first"), F.max(TIME).alias("_last"),
-                     *_span(is_event, "_events"), *_span(~is_event, "_asked"))
+                     F.collect_list(F.when(is_event & timed, F.col(TIME))).alias("_event_times"),
+                     F.collect_list(F.when(~is_event & timed, F.col(TIME))).alias("_query_times"))
                 .where(F.col("_events") + F.col("_asked") > max_rows * rate)
                 .collect()):  # the hot keys only: few rows
         events, queried = round(row["_events"] / rate), round(row["_asked"] / rate)
-        length = chunk_length(
-            reach, max_rows, events=events,
-            events_ms=_span_ms(row["_events_first"], row["_events_last"]),
-            queries=queried, queries_ms=_span_ms(row["_asked_first"], row["_asked_last"]))
-        found.append(HotKey(tuple(row[key] for key in plan.keys), events, int(row["_first"]),
-                            int(row["_last"]), length, left_rows=queried))
-    found.sort(key=lambda hot: -hot.rows)
-    return KeySplit(tuple(hot for hot in found if hot.last - hot.first >= hot.chunk_ms), reach,
-                    key_types,
-                    tuple(hot for hot in found if hot.last - hot.first < hot.chunk_ms))
-
-
-def _span(where: Column, name: str) -> list[Column]:
-    """Return the first and last :data:`TIME` of the rows ``where`` holds, as aggregates."""
-    return [F.min(F.when(where, F.col(TIME))).alias(f"{name}_first"),
-            F.max(F.when(where, F.col(TIME))).alias(f"{name}_last")]
+        times = (np.sort(np.asarray(row["_event_times"], dtype=np.int64)),
+                 np.sort(np.asarray(row["_query_times"], dtype=np.int64)))
+        length = chunk_length(times[0], times[1], reach, max_rows * rate * thin)
+        hot = HotKey(tuple(row[key] for key in plan.keys), events, int(row["_first"]),
+                     int(row["_last"]), length, left_rows=queried)
+        shortest = shortest_chunk(reach, len(times[0]), len(times[1]))
+        fullest = chunk_load(*times, reach, shortest)  # the most that cutting can gain
+        worth = fullest <= WORTH_CUTTING * (len(times[0]) + len(times[1]))
+        (cut if worth else whole).append(hot)
+    return KeySplit(tuple(sorted(cut, key=lambda hot: -hot.rows)), reach, key_types,
+                    tuple(sorted(whole, key=lambda hot: -hot.rows)))
 
 
 def with_chunks(rows: DataFrame, keys: Sequence[str], split: KeySplit, is_event: Column, *,
