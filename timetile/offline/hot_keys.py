@@ -240,7 +240,7 @@ def shortest_chunk(reach: int, events: int, queries: int) -> int:
 
 def chunk_length(event_times: Sequence[int] | np.ndarray, query_times: Sequence[int] | np.ndarray,
                  reach: int, budget: float) -> int:
-    """Return the chunk length of one key, fitted on its sampled times.
+    """Return the chunk length of one key, fitted on its sampled times (each side sorted).
 
     The longest length whose every chunk holds at most ``budget`` sampled rows (see
     :func:`chunk_load`), found by bisection, so bursts of events or queries, and left rows
@@ -262,8 +262,8 @@ def chunk_length(event_times: Sequence[int] | np.ndarray, query_times: Sequence[
     >>> chunk_length(spread[::20], midnights, 7 * day, 1000) / hour  # three midnights
     71.0
     """
-    events = np.sort(np.asarray(event_times, dtype=np.int64))
-    queries = np.sort(np.asarray(query_times, dtype=np.int64))
+    events = np.asarray(event_times, dtype=np.int64)
+    queries = np.asarray(query_times, dtype=np.int64)
     rows = len(events) + len(queries)
     low = floor = shortest_chunk(reach, len(events), len(queries))
     units = [size for size in sorted(UNIT_MS.values(), reverse=True) if 10 * size <= low]
