@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import timetile as tt
-from timetile.offline.hot_keys import DEFAULT_MAX_KEY_EVENTS
+from timetile.offline.options import DEFAULT_MAX_KEY_EVENTS
 from timetile.offline.session import local_session
 
 DAY_MS = 86_400_000

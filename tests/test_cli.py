@@ -6,6 +6,9 @@ fixture's session and never starts (or stops) another.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,8 @@ from typer.testing import CliRunner
 
 from timetile import __version__
 from timetile.cli import app
+from timetile.offline.backfill import EXECUTORS
+from timetile.offline.options import EXECUTOR_NAMES
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -169,6 +174,15 @@ def test_max_key_events_must_be_positive(runner: CliRunner, data: Paths,
     assert "greater than or equal to 1" in stderr
 
 
+def test_executor_names(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+    """``--executor`` is checked against names kept apart from the engine, so they must agree."""
+    assert tuple(EXECUTORS) == EXECUTOR_NAMES
+    defs = write_defs(tmp_path / "defs.py", data)
+    stderr = error_of(runner, backfill_args(defs, tmp_path, "--executor", "fastest"))
+    assert "--executor 'fastest' is unknown" in stderr
+    assert f"one of {', '.join(EXECUTORS)}" in stderr
+
+
 def test_missing_file(runner: CliRunner, tmp_path: Path) -> None:
     stderr = error_of(runner, backfill_args(tmp_path / "nope.py", tmp_path))
     assert "nope.py does not exist" in stderr
@@ -292,6 +306,21 @@ def test_upload_then_fetch(runner: CliRunner, data: Paths, tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     assert "stale" in result.stdout  # three days after the upload: flagged
     assert "stale: user_views" in " ".join(result.stdout.split())
+
+
+    # On its own, as a user runs it: the same answer, and PySpark never loads.
+    script = ("import sys\n"
+              "from timetile.cli import main\n"
+              "try:\n"
+              "    main(sys.argv[1:])\n"
+              "except SystemExit as done:\n"
+              "    assert not done.code, done.code\n"
+              "print('pyspark loaded:', 'pyspark' in sys.modules)\n")
+    fetched = subprocess.run([sys.executable, "-c", script, "fetch", str(defs), "--store", store,
+                              "--key", "user_id=1", "--at", at], capture_output=True, text=True,
+                             env={**os.environ, **ENV}, check=True, cwd=tmp_path)
+    assert "user_views_duration_sum_1d 12 " in " ".join(fetched.stdout.replace("│", " ").split())
+    assert "pyspark loaded: False" in fetched.stdout
 
 
 def test_fetch_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:

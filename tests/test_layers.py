@@ -101,11 +101,15 @@ def test_the_check_sees_a_crossing() -> None:
 
 
 def test_serving_never_loads_spark() -> None:
-    """A fetcher or HTTP server imports no Spark: ``tt.backfill`` loads on first use."""
+    """A fetcher, an HTTP server or the command line imports no Spark until a job runs.
+
+    ``tt.backfill`` loads on first use, and the Spark commands load it when they run.
+    """
     script = ("import sys, timetile.online.server, timetile.online.fetcher, "
-              "timetile.online.redis_store\n"
+              "timetile.online.redis_store, timetile.cli\n"
               "loaded = [m for m in sys.modules if m.split('.')[0] == 'pyspark'\n"
-              "          or m.startswith(('timetile.offline', 'timetile.spark'))]\n"
+              "          or m.startswith(('timetile.offline.', 'timetile.spark'))\n"
+              "          and m not in ('timetile.offline.options', 'timetile.offline.report')]\n"
               "print(','.join(loaded))\n"
               "import timetile\n"
               "assert timetile.backfill.__module__ == 'timetile.offline.backfill'\n")

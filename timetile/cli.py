@@ -23,15 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as sf
-from pyspark.sql.types import ArrayType, MapType, StructType
 
-from timetile import __version__, cli_online
-from timetile import demo as demo_data
+from timetile import __version__, cli_online, examples
 from timetile.api.join import Join
 from timetile.cli_common import (
     USAGE_ERROR,
@@ -45,11 +41,14 @@ from timetile.cli_common import (
 from timetile.cli_common import console as stdout_console
 from timetile.cli_render import print_features, print_report, print_rows, print_summary
 from timetile.core.timeutil import ms_to_iso
-from timetile.demo_serving import DemoFetch, serve_demo_fetch
-from timetile.offline.backfill import AUTO, DEFAULT_EXECUTOR, EXECUTORS, BackfillJob
-from timetile.offline.hot_keys import DEFAULT_MAX_KEY_EVENTS
+from timetile.offline.options import AUTO, DEFAULT_EXECUTOR, DEFAULT_MAX_KEY_EVENTS, EXECUTOR_NAMES
 from timetile.offline.report import JobReport
 from timetile.progress import JobProgress
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from timetile.demo_serving import DemoFetch
 
 __all__ = ["USAGE_ERROR", "CliError", "app", "load_joins", "main", "parse_day", "pick_join",
            "spark_session"]
@@ -132,6 +131,9 @@ def writable(frame: DataFrame, output_format: OutputFormat) -> DataFrame:
     """Shape ``frame`` so the format can hold it: CSV gets arrays and maps as JSON strings."""
     if output_format is not OutputFormat.csv:
         return frame
+    from pyspark.sql import functions as sf  # noqa: PLC0415  (Spark loads with the job)
+    from pyspark.sql.types import ArrayType, MapType, StructType  # noqa: PLC0415
+
     nested = (ArrayType, MapType, StructType)
     return frame.select(*[
         sf.to_json(field.name).alias(field.name) if isinstance(field.dataType, nested)
@@ -156,6 +158,8 @@ def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, star
                  partials: str | None = None,
                  max_key_events: int = DEFAULT_MAX_KEY_EVENTS) -> BackfillResult:
     """Plan, count and write a backfill; Spark's executors write the output."""
+    from timetile.offline.backfill import BackfillJob  # noqa: PLC0415  (loads the engine)
+
     began = time.perf_counter()
     with progress.stage("plan, count input"):
         job = BackfillJob(join, spark, start, end, strict=strict, executor=executor,
@@ -219,9 +223,9 @@ def backfill(
         first, last = parse_day("--start", start), parse_day("--end", end)
         if first > last:
             raise CliError(f"--start {start} is after --end {end}. Fix: give start <= end.")
-        if executor not in (AUTO, *EXECUTORS):
+        if executor not in (AUTO, *EXECUTOR_NAMES):
             raise CliError(f"--executor {executor!r} is unknown. Fix: use {AUTO} or one of "
-                           f"{', '.join(EXECUTORS)}.")
+                           f"{', '.join(EXECUTOR_NAMES)}.")
         _check_output(output, overwrite)
         chosen = pick_join(defs, load_joins(defs), join)
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
@@ -239,8 +243,8 @@ def backfill(
 def demo(
     *,
     data_dir: Annotated[Path, typer.Option(
-        help="Where to write the demo data.", envvar=demo_data.DATA_ENV)
-    ] = Path(demo_data.DEFAULT_DATA_DIR),
+        help="Where to write the demo data.", envvar=examples.DATA_ENV)
+    ] = Path(examples.DEFAULT_DATA_DIR),
     events: Annotated[int, typer.Option(help="How many views; other tables scale with it.",
                                         min=100)] = 200_000,
     seed: Annotated[int, typer.Option(help="Random seed of the data.")] = 7,
@@ -260,10 +264,13 @@ def demo(
     streams them into the store with the Structured Streaming job and fetches one row's
     features (the checkout model's, and the listing's rating) at noon, online.
     """
+    from timetile import demo as demo_data  # noqa: PLC0415  (Spark and the engine)
+    from timetile.demo_serving import serve_demo_fetch  # noqa: PLC0415
+
     console = stdout_console()
     with user_errors(debug):
         try:
-            definitions = demo_data.example_path()
+            definitions = examples.example_path()
         except FileNotFoundError as error:
             raise CliError(str(error)) from error
         target = output or data_dir.parent / "output" / "checkout_model"
@@ -271,9 +278,9 @@ def demo(
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
             with progress.stage(f"generate data ({events:,} views) in {data_dir}"):
                 demo_data.generate(spark, data_dir, events=events, seed=seed)
-            with _environment(demo_data.DATA_ENV, str(data_dir)):
+            with _environment(examples.DATA_ENV, str(data_dir)):
                 chosen = pick_join(definitions, load_joins(definitions), "checkout_model")
-                ratings_file = demo_data.example_path("listing_ratings")
+                ratings_file = examples.example_path("listing_ratings")
                 ratings = pick_join(ratings_file, load_joins(ratings_file), "listing_ratings")
             # online: the checkout model plus the listing's rating, streamed from its change log
             online = Join(chosen.name, chosen.left, [*chosen.parts, ratings.parts[0]])

@@ -16,18 +16,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
 from rich.console import Console
 
 from timetile.api.errors import DefinitionError
 from timetile.api.join import Join
 from timetile.offline.report import BadInputError
-from timetile.offline.session import local_session
 from timetile.online.store import StoreUnavailable
 from timetile.progress import JobProgress
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: The exit code of every user error.
 USAGE_ERROR = 2
@@ -55,8 +56,10 @@ def user_errors(debug: bool) -> Iterator[None]:
     """Turn user errors into a red paragraph on stderr and exit code 2."""
     try:
         yield
-    except (CliError, DefinitionError, BadInputError, AnalysisException,
-            StoreUnavailable) as error:
+    except Exception as error:
+        if not isinstance(error, (CliError, DefinitionError, BadInputError, StoreUnavailable)
+                          ) and not _is_unreadable_input(error):
+            raise
         if debug:
             _err.print(traceback.format_exc(), markup=False, highlight=False)
         _err.print(_describe(error), style="red", markup=False, highlight=False)
@@ -71,12 +74,22 @@ def _describe(error: Exception) -> str:
     if isinstance(error, StoreUnavailable):
         return (f"The store cannot be reached: {error}. Fix: check the --store URI, and that "
                 "the store is running (for Redis: redis-cli -u URL ping).")
-    if isinstance(error, AnalysisException):
+    if _is_unreadable_input(error):
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         return (f"Spark could not read an input: {first.rstrip('.')}. Fix: check the paths and "
                 "table names in the definitions (relative paths resolve against the current "
                 "directory); for the demo's definitions, run `timetile demo` first.")
     return str(error)
+
+
+def _is_unreadable_input(error: Exception) -> bool:
+    """Whether ``error`` is Spark's ``AnalysisException``: a path or table it cannot read.
+
+    Looked up only if PySpark is loaded, as it must be to raise one: ``serve`` and ``fetch``
+    never load it.
+    """
+    errors = sys.modules.get("pyspark.errors")
+    return errors is not None and isinstance(error, errors.AnalysisException)
 
 
 # --- inputs ---------------------------------------------------------------------------------
@@ -145,6 +158,10 @@ def pick_join(path: Path, joins: dict[str, Join], name: str | None) -> Join:
 @contextmanager
 def spark_session(progress: JobProgress) -> Iterator[SparkSession]:
     """Use the active session (spark-submit, notebook, tests), or a local one stopped at the end."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415  (only the Spark commands load it)
+
+    from timetile.offline.session import local_session  # noqa: PLC0415
+
     active = SparkSession.getActiveSession()
     if active is not None:
         progress.attach(active)

@@ -32,10 +32,6 @@ from pyspark.sql import functions as sf
 
 from timetile.demo_ratings import rating_tables
 
-#: The environment variable that tells ``examples/checkout_model.py`` where the data is.
-DATA_ENV = "TIMETILE_DEMO_DATA"
-#: Where the data goes by default, relative to the current directory.
-DEFAULT_DATA_DIR = "timetile-demo/data"
 #: The first day of events, and how many days they span.
 START = "2024-01-01"
 DAYS = 60
@@ -44,7 +40,6 @@ BACKFILL_START = "2024-02-01"
 BACKFILL_END = "2024-02-29"
 #: The day whose state the demo uploads: it then streams the last day's morning and fetches.
 SERVE_DS = "2024-02-28"
-#: The demo definitions, relative to the repository root.
 
 _START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 _DAY_MS = 86_400_000
@@ -206,13 +201,3 @@ def _tables(spark: SparkSession, sizes: DemoSizes, seed: int) -> dict[str, DataF
         "checkouts": checkouts.unionByName(duplicates).unionByName(no_time),
     }
 
-
-def example_path(name: str = "checkout_model") -> Path:
-    """Return a definitions file of the demo: ``timetile/examples/{name}.py``.
-
-    They ship inside the package, so the demo runs from a clone and from an installed wheel.
-    """
-    path = Path(__file__).parent / "examples" / f"{name}.py"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: reinstall timetile (pip install -e .)")
-    return path

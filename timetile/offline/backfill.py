@@ -21,16 +21,12 @@ from timetile.api.sources import EventSource
 from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
 from timetile.offline.derivations import apply_derivations, check_plan
 from timetile.offline.entity_executor import entity_features, entity_output_fields
-from timetile.offline.hot_keys import (
-    DEFAULT_MAX_KEY_EVENTS,
-    KeySplit,
-    find_hot_keys,
-    part_reach,
-)
+from timetile.offline.hot_keys import KeySplit, find_hot_keys, part_reach
 from timetile.offline.interval_tree_executor import (
     BROADCAST_QUERY_LIMIT,
     interval_tree_features,
 )
+from timetile.offline.options import AUTO, DEFAULT_EXECUTOR, DEFAULT_MAX_KEY_EVENTS
 from timetile.offline.plan import (
     AnyPartPlan,
     BackfillPlan,
@@ -63,8 +59,6 @@ EXECUTORS: Mapping[str, Executor] = {
     "interval_tree": interval_tree_features,
     "reference": reference_features,
 }
-AUTO = "auto"
-DEFAULT_EXECUTOR = AUTO
 
 
 class BackfillJob:

@@ -23,6 +23,7 @@ together outnumber ``max_key_events``, since no key can be hot otherwise. A key 
 by its left rows alone (a default or placeholder key on the left, null included): its
 queries are cut just the same.
 Parts with a lifetime window are never split: every chunk would need the whole history.
+The default limit is :data:`timetile.offline.options.DEFAULT_MAX_KEY_EVENTS`.
 """
 
 from __future__ import annotations
@@ -44,17 +45,6 @@ from timetile.spark.sources import TIME
 
 if TYPE_CHECKING:
     from timetile.offline.plan import PartPlan
-
-#: Rows (events and queries) one sweep task may hold for one key before the key is split.
-#: The sweep's Python worker peaks near 170 bytes per event (3.4 GB for a 20M-event key,
-#: measured with ``benchmarks/hot_key.py``), so a chunk at the limit takes about 350 MB:
-#: within the memory overhead a cluster gives a Python worker next to its JVM executor.
-#: A key of events alone gets chunks of at least two reaches, so a denser key gets bigger
-#: ones: in ``hot_key.py`` (20M events over 60 days, a 7-day window) a chunk and its reach
-#: hold about 7M events, 1.7 GB at the peak measured, against 3.4 GB whole. A key of 1M
-#: events and 30M left rows peaks at 0.99 GB in chunks of 84 hours, against 2.41 GB in
-#: chunks of two reaches.
-DEFAULT_MAX_KEY_EVENTS = 2_000_000
 
 #: Sampled rows expected from a key right at the limit: the relative error of its estimate
 #: is about ``1 / sqrt(SAMPLED_AT_LIMIT)``, 3%.
