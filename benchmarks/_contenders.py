@@ -5,6 +5,9 @@ Each one returns, for a set of inputs, either a Spark DataFrame or a DuckDB SELE
 are ``RESULT_COLUMNS``; the runner times materializing it (a ``noop`` write for Spark,
 ``CREATE TEMP TABLE … AS`` for DuckDB) and, for the correctness check, collects it on a sample.
 On an empty window every contender gives count 0 and null sum and max (DESIGN §2).
+
+With other ``ops`` (``backfill.py --ops``) only timetile's executors run, against each other:
+the hand-written plans compute sum, count and max alone.
 """
 
 from __future__ import annotations
@@ -18,7 +21,16 @@ from pyspark.sql import functions as F
 
 OPS = ("sum", "count", "max")
 WINDOWS = {"1d": 86_400_000, "7d": 7 * 86_400_000}
-RESULT_COLUMNS = ("key", "ts", *(f"{op}_{w}" for w in WINDOWS for op in OPS))
+#: ``k`` of the ``_k`` ops, when ``--ops`` asks for them.
+K = 5
+
+
+def result_columns(ops: tuple[str, ...] = OPS) -> tuple[str, ...]:
+    """The columns every contender returns: the query, then each op for each window."""
+    return ("key", "ts", *(f"{op}_{w}" for w in WINDOWS for op in ops))
+
+
+RESULT_COLUMNS = result_columns()
 SEGTREE = "spark.sql.window.segmentTree.enabled"
 
 # The naive plan of seed 000, as a left join so that queries with an empty week stay (count 0).
@@ -120,28 +132,35 @@ def _scan(inputs: Inputs) -> DataFrame:
                              F.max("ts"), F.sum("key"))
 
 
-def _timetile(executor: str, max_key_events: int | None) -> Callable[[Inputs], DataFrame]:
+def _timetile(executor: str, max_key_events: int | None,
+              ops: tuple[str, ...]) -> Callable[[Inputs], DataFrame]:
     def build(inputs: Inputs) -> DataFrame:
         import timetile as tt
 
         events = tt.EventSource(inputs.events, time_column="ts")
         group_by = tt.GroupBy("ev", events, ["key"], [
-            tt.Aggregation("value", op, windows=list(WINDOWS)) for op in OPS
+            tt.Aggregation("value", op, windows=list(WINDOWS),
+                           k=K if op.endswith("_k") else None) for op in ops
         ])
         join = tt.Join("bench", left=tt.EventSource(inputs.queries, time_column="ts"),
                        parts=[group_by])
         limit = {} if max_key_events is None else {"max_key_events": max_key_events}
         frame = tt.backfill(join, inputs.spark, executor=executor, **limit)
         return frame.select("key", "ts", *(F.col(f"ev_value_{op}_{w}").alias(f"{op}_{w}")
-                                           for w in WINDOWS for op in OPS))
+                                           for w in WINDOWS for op in ops))
     return build
 
 
-def contenders(executors: list[str], *, segtree: bool,
-               max_key_events: int | None = None) -> list[Contender]:
+def contenders(executors: list[str], *, segtree: bool, max_key_events: int | None = None,
+               ops: tuple[str, ...] = OPS) -> list[Contender]:
     """Every contender, timetile once per executor (with ``max_key_events`` if given, else
     the library's default); the segment-tree pair only if ``segtree`` (the conf exists in
-    this Spark), else one plain window run."""
+    this Spark), else one plain window run. With ``ops`` other than :data:`OPS`, timetile's
+    executors alone."""
+    mine = [Contender(f"timetile[{name}]", f"timetile[{name}]", "spark", "timetile",
+                      _timetile(name, max_key_events, ops)) for name in executors]
+    if ops != OPS:
+        return mine
     if segtree:
         windows = [
             Contender("spark_window_segtree", "Spark window, segtree on", "spark", "spark_sql",
@@ -158,6 +177,5 @@ def contenders(executors: list[str], *, segtree: bool,
         Contender("duckdb_join", "DuckDB naive join", "duckdb", "duckdb", _duck_sql(NAIVE_SQL)),
         Contender("duckdb_window", "DuckDB window", "duckdb", "duckdb", _duck_sql(WINDOW_SQL)),
         Contender("spark_scan", "Spark scan (floor)", "spark", "floor", _scan, checked=False),
-        *(Contender(f"timetile[{name}]", f"timetile[{name}]", "spark", "timetile",
-                    _timetile(name, max_key_events)) for name in executors),
+        *mine,
     ]

@@ -156,6 +156,10 @@ class Runner:
 def _same(a: Any, b: Any, rel: float) -> bool:
     if a is None or b is None:
         return a is None and b is None
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y, rel) for x, y in zip(a, b, strict=True))
+    if math.isnan(float(a)) or math.isnan(float(b)):
+        return math.isnan(float(a)) and math.isnan(float(b))
     return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=rel)
 
 

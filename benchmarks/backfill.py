@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.append(str(HERE.parent))  # timetile, when it is not installed
 
-from _contenders import RESULT_COLUMNS, SEGTREE, Contender, contenders, make_inputs  # noqa: E402
+from _contenders import OPS, SEGTREE, Contender, contenders, make_inputs, result_columns  # noqa: E402
 from _datasets import SPECS, Dataset, ensure  # noqa: E402
 from _report import goals, machine, table, write_section  # noqa: E402
 from _runner import Outcome, Runner, compare  # noqa: E402
@@ -37,6 +37,8 @@ examples:
   python benchmarks/backfill.py --dataset skewed --only timetile,duckdb_window --executor all
   # generate (or find) the full-scale data and time that, running no contender
   python benchmarks/backfill.py --generate-only
+  # other ops: timetile's executors against each other (the SQL plans compute only the default)
+  python benchmarks/backfill.py --dataset skewed --ops first,last,last_k --executor sweep,tiled
 
 contenders (--only): spark_join, spark_window_segtree, spark_window, duckdb_join,
   duckdb_window, spark_scan, timetile
@@ -62,6 +64,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="timetile executor(s), comma-separated, or 'all' for every "
                              "executor in timetile.offline.backfill.EXECUTORS (default: the "
                              "library's default, DEFAULT_EXECUTOR)")
+    parser.add_argument("--ops", default=",".join(OPS),
+                        help="the ops of value over 1d and 7d, comma-separated (default: "
+                             "%(default)s); other ops run timetile's executors alone, k=5 for "
+                             "the _k ops, and their section of RESULTS.md is their own")
     parser.add_argument("--max-key-events", type=int, default=None,
                         help="timetile's max_key_events: above it the sweep searches for hot "
                              "keys (default: the library's default; a huge value turns the "
@@ -126,7 +132,7 @@ def sample_of(dataset: Dataset) -> tuple[int, int]:
 
 
 def check(runner: Runner, chosen: list[Contender], dataset: Dataset,
-          timeout: float) -> list[str]:
+          timeout: float, ops: tuple[str, ...]) -> list[str]:
     """Run the contenders on a sample of keys (all their queries and events) and compare."""
     sample = sample_of(dataset)
     inputs = make_inputs(runner.spark, dataset.events_path, dataset.queries_path, sample)
@@ -143,7 +149,7 @@ def check(runner: Runner, chosen: list[Contender], dataset: Dataset,
             continue
         results[contender.name] = rows
     counts = {len(rows) for rows in results.values()}
-    lines = compare(results, RESULT_COLUMNS)
+    lines = compare(results, result_columns(ops))
     if len(results) < 2:
         lines = [f"check: skipped ({len(results)} contender(s) finished on the sample)"]
     elif not lines:
@@ -166,7 +172,7 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
     if not args.no_check and not args.check_after:
         # First, so that it warms up too: every plan is compiled, every Python worker and
         # kernel loaded once, before any clock starts.
-        checked = check(runner, chosen, dataset, args.timeout)
+        checked = check(runner, chosen, dataset, args.timeout, args.ops)
     outcomes: dict[str, Outcome] = {}
     warm = not args.no_check and not args.check_after
     sample = make_inputs(spark, dataset.events_path, dataset.queries_path, sample_of(dataset))
@@ -190,7 +196,7 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
                 break
     if not args.no_check and args.check_after:
         checked = check(runner, [c for c in chosen if outcomes[c.name].ok], dataset,
-                        args.timeout)
+                        args.timeout, args.ops)
     meta = dataset.meta
     about = (f"{meta['events']:,} events, {meta['queries']:,} distinct queries, "
              f"{meta['keys']:,} keys, {meta['days']} days; top key: "
@@ -204,6 +210,7 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
     warmth = ("cold (no check first)" if args.check_after or args.no_check
               else "warm (the check on a sample ran first, and each contender ran its sample "
                    "again right before its clock)")
+    own_ops = args.ops != OPS
     body = [
         f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- command: `{command}`",
@@ -216,13 +223,16 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
         *table(chosen, outcomes, args.timeout),
         "",
         *(line if line.startswith("WARNING") else f"- {line}" for line in checked),
-        "",
-        "Goals (issue 3):",
-        "",
-        *scale_note,
-        *(goals(name, chosen, outcomes, args.timeout) or ["- no timetile contender ran"]),
+        *([] if own_ops else [
+            "",
+            "Goals (issue 3):",
+            "",
+            *scale_note,
+            *(goals(name, chosen, outcomes, args.timeout) or ["- no timetile contender ran"]),
+        ]),
     ]
-    heading = f"{name}, scale {args.scale:g}"
+    heading = f"{name}, scale {args.scale:g}" + (f", ops {','.join(args.ops)}" if own_ops
+                                                  else "")
     print(f"\n## {heading}\n\n" + "\n".join(body) + "\n", flush=True)
     for line in checked:
         if line.startswith("WARNING"):
@@ -234,6 +244,7 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    args.ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
     command = "python benchmarks/backfill.py" + "".join(
         f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     from timetile.offline.session import local_session
@@ -261,7 +272,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.generate_only:
         return
     chosen = select(contenders(names, segtree=segtree_default is not None,
-                               max_key_events=args.max_key_events), args.only)
+                               max_key_events=args.max_key_events, ops=args.ops), args.only)
+    if not chosen:
+        sys.exit(f"--only {args.only} leaves no contender: with --ops {','.join(args.ops)} "
+                 "only timetile runs")
     tmp = args.cache / "duckdb_tmp"
     tmp.mkdir(exist_ok=True)
     runner = Runner(spark, duck_threads=args.duckdb_threads, duck_tmp=tmp,

@@ -201,8 +201,9 @@ def backfill(
                                             help="Replace the output if it exists.")] = False,
     show: Annotated[int, typer.Option(help="Print the first N output rows.", min=0)] = 0,
     executor: Annotated[str, typer.Option(
-        help="auto (per part: sweep for count/sum/avg/min/max, else interval_tree for small "
-             "query sets, else tiled), sweep, tiled, interval_tree or reference.")
+        help="auto (per part: sweep for count/sum/avg/min/max/first/last/first_k/last_k, else "
+             "interval_tree for small query sets, else tiled), sweep, tiled, interval_tree or "
+             "reference.")
     ] = DEFAULT_EXECUTOR,
     partials: Annotated[str | None, typer.Option(
         help="Store hop partials here and reuse them in later runs (incremental backfills).")

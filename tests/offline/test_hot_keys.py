@@ -152,7 +152,9 @@ def test_a_chunked_key_sees_the_events_of_its_windows_across_chunk_edges(
     chunk from its own to that of ``time + reach``."""
     events, queries = boundary_frames(spark, chunk)
     group_by = tt.GroupBy("edge", tt.EventSource(events), ["user_id"], [
-        tt.Aggregation("amount", op, windows=WINDOWS) for op in ("count", "sum", "max")])
+        *[tt.Aggregation("amount", op, windows=WINDOWS)
+          for op in ("count", "sum", "max", "first", "last")],
+        tt.Aggregation("amount", "last_k", k=3, windows=WINDOWS)])
     join = tt.Join("edges", tt.EventSource(queries), [group_by])
     part = plan_backfill(join, spark).parts[0]
     reach = part_reach(part)
@@ -174,8 +176,11 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
     queries = to_spark(spark, random_queries(table, 300, seed=52))
     queries = queries.withColumn("user_id", F.col("user_id").cast(left_key))
     group_by = tt.GroupBy("hot", tt.EventSource(events), ["user_id"], [
-        tt.Aggregation(column, op, windows=WINDOWS)
-        for op in ("count", "sum", "avg", "min", "max") for column in ("amount", "quantity")])
+        *[tt.Aggregation(column, op, windows=WINDOWS)
+          for op in ("count", "sum", "avg", "min", "max") for column in ("amount", "quantity")],
+        *[tt.Aggregation(column, op, windows=WINDOWS) for op in ("first", "last")
+          for column in ("amount", "item")],
+        tt.Aggregation("item", "first_k", k=2, windows=WINDOWS)])
     join = tt.Join("hot_keys", tt.EventSource(queries), [group_by])
     job = tt.BackfillJob(join, spark, max_key_events=150)
     ours = job.dataframe()

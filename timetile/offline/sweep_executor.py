@@ -1,4 +1,4 @@
-"""The sorted-sweep executor: count, sum, avg, min and max without per-group Python.
+"""The sorted-sweep executor: the ops of :data:`SWEEP_OPS` without per-group Python.
 
 Events and queries are shuffled once, by key, and sorted by key (Spark's sort is cheap on
 one column; the time order within a key is finished in Arrow); each partition streams
@@ -6,8 +6,9 @@ through ``mapInArrow`` in tables of whole keys, and :mod:`timetile.core.kernels.
 answers every query of every key with vectorized, numba-compiled kernels. It is the fastest
 path for these ops, which are the common case. Its limit is skew: one task holds all the
 events of its keys, where the tiled executor holds at most one hop of one key. ``auto``
-picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a number (or a
-``count``); ``executor="tiled"`` forces the skew-bounded path.
+picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a type it accepts
+(``count``, ``first``, ``last``, ``first_k`` and ``last_k`` of any column; ``sum``, ``avg``,
+``min`` and ``max`` of a number); ``executor="tiled"`` forces the skew-bounded path.
 
 Columns of the queries beyond keys and time ride through unchanged, so a backfill can send
 its left rows, duplicates included, straight through the sweep: no distinct, no join back.
@@ -25,6 +26,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from timetile.core.aggregators.ordering import normalized
 from timetile.core.kernels.sweep import (
     window_extremes,
     window_int_sums,
@@ -48,7 +50,13 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
     "avg": frozenset({ValueType.INT, ValueType.FLOAT}),
     "min": frozenset({ValueType.INT, ValueType.FLOAT}),
     "max": frozenset({ValueType.INT, ValueType.FLOAT}),
+    "first": frozenset(ValueType),
+    "last": frozenset(ValueType),
+    "first_k": frozenset(ValueType),
+    "last_k": frozenset(ValueType),
 }
+#: The ops that read values by event order: equal times are ordered by value.
+_EVENT_ORDER_OPS = frozenset({"first", "last", "first_k", "last_k"})
 
 
 def sweepable(plan: PartPlan) -> bool:
@@ -67,16 +75,41 @@ def _offsets(group_of_row: np.ndarray, groups: int) -> np.ndarray:
 
 
 class _Column:
-    """One value column of a table of whole keys: its non-null values, times and offsets."""
+    """One value column of a table of whole keys: its non-null values, times and offsets.
+
+    The events are in time order within each group, as the table is.
+    """
 
     def __init__(self, column: pa.ChunkedArray, times: np.ndarray, group_of_row: np.ndarray,
                  groups: int, value_type: ValueType) -> None:
         valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
         self.times = times[valid]
-        self.offsets = _offsets(group_of_row[valid], groups)
-        kept = pc.filter(column, pa.array(valid))
-        self.values = (kept.to_numpy(zero_copy_only=False).astype(value_type.numpy_dtype)
+        self.groups = group_of_row[valid]
+        self.offsets = _offsets(self.groups, groups)
+        self.kept = pc.filter(column, pa.array(valid)).combine_chunks()
+        self.values = (self.kept.to_numpy(zero_copy_only=False).astype(value_type.numpy_dtype)
                        if value_type.numeric else None)
+        self._in_event_order: pa.Array | None = None
+
+    def in_event_order(self) -> pa.Array:
+        """Return the values in the order ``first`` and ``last`` read them, as Arrow.
+
+        By time within each group, and equal times by value (the value order of
+        :mod:`timetile.core.aggregators.ordering`: NaN last). Floats are normalized (``-0.0``
+        becomes ``0.0``), as every result is. O(n) without ties; O(n log n) with them.
+        """
+        if self._in_event_order is None:
+            ordered = self.kept
+            if pa.types.is_floating(ordered.type):
+                ordered = pa.array(normalized(ordered.to_numpy(zero_copy_only=False)),
+                                   type=ordered.type)
+            tied = (np.diff(self.times) == 0) & (np.diff(self.groups) == 0)
+            if tied.any():
+                values = normalized(ordered.to_numpy(zero_copy_only=False))
+                ordered = ordered.take(pa.array(np.lexsort((values, self.times,
+                                                            self.groups))))
+            self._in_event_order = ordered
+        return self._in_event_order
 
 
 def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarray],
@@ -88,6 +121,8 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
     empty = counts == 0
     if op == "count":
         return pa.array(counts, type=pa.int64())
+    if op in _EVENT_ORDER_OPS:
+        return _in_event_order(op, feature.aggregation.k, column.in_event_order(), lows, highs)
     values = column.values
     assert values is not None
     if op in ("min", "max"):
@@ -109,6 +144,31 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.array([float(s) for s in sums]) / np.where(empty, 1, counts)
     return pa.array(means, mask=empty, type=pa.float64())
+
+
+def _in_event_order(op: str, k: int | None, values: pa.Array, lows: np.ndarray,
+                    highs: np.ndarray) -> pa.Array:
+    """Return ``op`` over each query's run ``[low, high)`` of ``values``, in event order.
+
+    ``op`` is ``first``, ``last``, ``first_k`` or ``last_k``; an empty run gives null.
+    O(queries · k), vectorized.
+    """
+    empty = highs == lows
+    if op in ("first", "last"):
+        picked = np.where(empty, 0, lows if op == "first" else highs - 1)
+        return values.take(pa.array(picked, mask=empty))
+    assert k is not None
+    if op == "first_k":  # the k earliest, earliest first
+        starts, ends = lows, np.minimum(highs, lows + k)
+    else:  # the k most recent, most recent first
+        starts, ends = np.maximum(lows, highs - k), highs
+    lengths = ends - starts
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+    flat = (np.repeat(starts, lengths) + within if op == "first_k"
+            else np.repeat(ends - 1, lengths) - within)
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values.take(pa.array(flat)),
+                                    mask=pa.array(empty))
 
 
 class SweepPass:
@@ -160,7 +220,9 @@ class SweepPass:
                     column.times, column.offsets, query_offsets,
                     low_times.astype(np.int64), high_times.astype(np.int64))
             arrays.append(_result(feature, column, runs[(name, feature.window)], query_offsets))
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        return pa.Table.from_arrays([array if array.type == field.type else array.cast(field.type)
+                                     for array, field in zip(arrays, self.schema, strict=True)],
+                                    schema=self.schema)
 
 
 def _feature_columns(plan: PartPlan) -> list[str]:
