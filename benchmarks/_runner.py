@@ -154,13 +154,17 @@ class Runner:
 
 
 def _same(a: Any, b: Any, rel: float) -> bool:
+    """Equal, numbers within ``rel`` (NaN equal to NaN), lists element by element."""
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y, rel) for x, y in zip(a, b, strict=True))
-    if math.isnan(float(a)) or math.isnan(float(b)):
-        return math.isnan(float(a)) and math.isnan(float(b))
-    return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=rel)
+    numbers = (int, float)
+    if not (isinstance(a, numbers) and isinstance(b, numbers)):
+        return bool(a == b)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=rel, abs_tol=rel)
 
 
 def compare(results: dict[str, list[Row]], columns: Sequence[str],

@@ -98,15 +98,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def executors(choice: str | None) -> list[str]:
-    module = importlib.import_module("timetile.offline.backfill")
-    known = list(module.EXECUTORS)
+    options = importlib.import_module("timetile.offline.options")
+    known = list(options.EXECUTOR_NAMES)
     if choice is None:
-        return [module.DEFAULT_EXECUTOR]
+        return [options.DEFAULT_EXECUTOR]
     if choice == "all":
         return known
     names = [name.strip() for name in choice.split(",") if name.strip()]
-    allowed = [*known, *([module.DEFAULT_EXECUTOR] if module.DEFAULT_EXECUTOR not in known
-                         else [])]
+    allowed = [*known, *([options.AUTO] if options.AUTO not in known else [])]
     unknown = [name for name in names if name not in allowed]
     if unknown:
         sys.exit(f"unknown executor {', '.join(unknown)}: timetile has {', '.join(allowed)}")
@@ -271,11 +270,15 @@ def main(argv: list[str] | None = None) -> None:
     found = [ensure(spark, name, args.scale, args.cache, log) for name in datasets]
     if args.generate_only:
         return
-    chosen = select(contenders(names, segtree=segtree_default is not None,
-                               max_key_events=args.max_key_events, ops=args.ops), args.only)
-    if not chosen:
-        sys.exit(f"--only {args.only} leaves no contender: with --ops {','.join(args.ops)} "
-                 "only timetile runs")
+    everyone = contenders(names, segtree=segtree_default is not None,
+                          max_key_events=args.max_key_events)
+    chosen = select(everyone, args.only)
+    if args.ops != OPS:
+        if args.only and any(contender.family != "timetile" for contender in chosen):
+            sys.exit(f"--ops {','.join(args.ops)}: only timetile computes these ops; leave "
+                     "--only out, or give --only timetile")
+        chosen = contenders(names, segtree=False, max_key_events=args.max_key_events,
+                            ops=args.ops)
     tmp = args.cache / "duckdb_tmp"
     tmp.mkdir(exist_ok=True)
     runner = Runner(spark, duck_threads=args.duckdb_threads, duck_tmp=tmp,

@@ -52,6 +52,17 @@ def test_the_sweep_equals_the_oracle(spark: Any) -> None:
     assert not bad, bad[:10]
 
 
+def test_the_sweep_names_what_it_cannot_compute(spark: Any) -> None:
+    events = spark.createDataFrame([(1, 1, 2.0)], "user_id long, ts long, amount double")
+    queries = spark.createDataFrame([(1, 2)], "user_id long, ts long")
+    group_by = tt.GroupBy("s", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", "last"), tt.Aggregation("amount", "top_k", k=2)])
+    join = tt.Join("no_sweep", tt.EventSource(queries), [group_by])
+    with pytest.raises(ValueError, match="cannot compute top_k of float"):
+        tt.backfill(join, spark, executor="sweep")
+    assert tt.BackfillJob(join, spark).report.path == "s: interval_tree"
+
+
 def test_huge_integers_sum_exactly(spark: Any) -> None:
     big = 2**62
     events = spark.createDataFrame([(1, 1, big), (1, 2, big), (1, 3, -big), (1, 4, 5)],

@@ -104,10 +104,10 @@ class _Column:
                 ordered = pa.array(normalized(ordered.to_numpy(zero_copy_only=False)),
                                    type=ordered.type)
             tied = (np.diff(self.times) == 0) & (np.diff(self.groups) == 0)
-            if tied.any():
-                values = normalized(ordered.to_numpy(zero_copy_only=False))
-                ordered = ordered.take(pa.array(np.lexsort((values, self.times,
-                                                            self.groups))))
+            if tied.any():  # Arrow sorts NaN after every number, and strings by their bytes
+                keyed = pa.table({"group": self.groups, "time": self.times, "value": ordered})
+                ordered = ordered.take(pc.sort_indices(keyed, sort_keys=[
+                    ("group", "ascending"), ("time", "ascending"), ("value", "ascending")]))
             self._in_event_order = ordered
         return self._in_event_order
 
@@ -259,8 +259,13 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
 
     """
     if not sweepable(plan):
-        raise ValueError(f"the sweep computes only {', '.join(SWEEP_OPS)} over numbers: use "
-                         "the tiled executor for this part")
+        refused = sorted({f"{feature.aggregation.op} of {feature.input_type.value}"
+                          for feature in plan.features
+                          if feature.bucket is not None
+                          or feature.input_type not in SWEEP_OPS.get(feature.aggregation.op, ())})
+        raise ValueError(f"the sweep cannot compute {', '.join(refused)} (bucketed, or an op "
+                         "or type it lacks; see SWEEP_OPS): use the tiled executor for this "
+                         "part")
     keys = plan.keys
     spark = queries.sparkSession
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
