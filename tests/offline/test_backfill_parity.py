@@ -97,9 +97,14 @@ def within_hll_bound(estimate: int, truth: int) -> bool:
     return abs(estimate - truth) <= 3 * HLL_RSE * truth
 
 
-@pytest.mark.parametrize("executor", ["tiled", "interval_tree", "reference"])
+@pytest.mark.parametrize("executor", ["tiled", "interval_tree", "reference", "auto"])
 def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, executor: str) -> None:
-    ours = by_row(tt.backfill(join, spark, executor=executor).collect())
+    """``auto`` keeps the part whole: the sweep computes fewer than half its features."""
+    job = tt.BackfillJob(join, spark, executor=executor)
+    frame = job.dataframe()
+    assert frame.columns[-len(join.output_columns()):] == join.output_columns()
+    assert job.report.path == f"user: {'interval_tree' if executor == 'auto' else executor}"
+    ours = by_row(frame.collect())
     epsilon = KLL_RANK_ERROR
     theirs = by_row(percentile_rank_bounds(join, spark, epsilon).collect())
     assert len(ours) == len(theirs) == 160

@@ -73,11 +73,16 @@ def test_the_two_fast_paths_are_identical_and_the_report_names_them(spark: Any) 
     join = join_of(events, queries)
     tiled_job = tt.BackfillJob(join, spark, executor="tiled")
     tiled = rows(tiled_job.dataframe())
-    auto_job = tt.BackfillJob(join, spark)
-    broadcast = rows(auto_job.dataframe())
-    assert tiled == broadcast
+    broadcast_job = tt.BackfillJob(join, spark, executor="interval_tree")
+    assert rows(broadcast_job.dataframe()) == tiled
     assert tiled_job.report.path == "edge: tiled"
-    assert auto_job.report.path == "edge: interval_tree"  # 10 queries: small enough to broadcast
+    assert broadcast_job.report.path == "edge: interval_tree"
+    # auto sweeps the 7 features the sweep computes and broadcasts top_k (10 queries)
+    auto_job = tt.BackfillJob(join, spark)
+    auto = auto_job.dataframe()
+    assert auto_job.report.path == "edge: sweep+interval_tree"
+    assert auto.columns[-len(join.output_columns()):] == join.output_columns()
+    assert rows(auto) == tiled
 
 
 def test_the_report_names_the_largest_key_hop_group(spark: Any) -> None:

@@ -59,14 +59,18 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
 _EVENT_ORDER_OPS = frozenset({"first", "last", "first_k", "last_k"})
 
 
-def sweepable(plan: PartPlan) -> bool:
-    """Whether every feature of a part is an op the sweep computes, over a type it accepts.
+def sweeps(feature: Feature) -> bool:
+    """Whether the sweep computes ``feature``: one of its ops, over a type that op accepts.
 
     Bucketed features never are: the sweep's kernels keep one running value per window.
     """
-    return all(feature.bucket is None
-               and feature.input_type in SWEEP_OPS.get(feature.aggregation.op, ())
-               for feature in plan.features)
+    return (feature.bucket is None
+            and feature.input_type in SWEEP_OPS.get(feature.aggregation.op, ()))
+
+
+def sweepable(plan: PartPlan) -> bool:
+    """Whether the sweep computes every feature of a part (see :func:`sweeps`)."""
+    return all(sweeps(feature) for feature in plan.features)
 
 
 def _offsets(group_of_row: np.ndarray, groups: int) -> np.ndarray:
@@ -260,9 +264,7 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     """
     if not sweepable(plan):
         refused = sorted({f"{feature.aggregation.op} of {feature.input_type.value}"
-                          for feature in plan.features
-                          if feature.bucket is not None
-                          or feature.input_type not in SWEEP_OPS.get(feature.aggregation.op, ())})
+                          for feature in plan.features if not sweeps(feature)})
         raise ValueError(f"the sweep cannot compute {', '.join(refused)} (bucketed, or an op "
                          "or type it lacks; see SWEEP_OPS): use the tiled executor for this "
                          "part")
