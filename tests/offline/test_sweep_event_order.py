@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from timetile.core.aggregators import make_aggregator
 from timetile.core.types import ValueType
-from timetile.offline.sweep_executor import _Column, _in_event_order
+from timetile.offline.sweep_executor import _Column, _ends_of_runs
 
 OPS = ("first", "last", "first_k", "last_k")
 ARROW_TYPES = {ValueType.INT: pa.int64(), ValueType.FLOAT: pa.float64(),
@@ -76,6 +76,6 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
                 np.array([t for t, _ in seen], dtype=np.int64))
             expected[op].append(exact(aggregator.finalize(state)))
     for op in OPS:
-        got = _in_event_order(op, k, swept.in_event_order(), np.array(lows, dtype=np.int64),
+        got = _ends_of_runs(op, k, swept.in_event_order(), np.array(lows, dtype=np.int64),
                               np.array(highs, dtype=np.int64))
         assert [exact(value) for value in got.to_pylist()] == expected[op], op

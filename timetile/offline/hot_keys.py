@@ -256,8 +256,8 @@ def chunk_length(event_times: Sequence[int] | np.ndarray, query_times: Sequence[
     queries = np.asarray(query_times, dtype=np.int64)
     rows = len(events) + len(queries)
     low = floor = shortest_chunk(reach, len(events), len(queries))
-    units = [size for size in sorted(UNIT_MS.values(), reverse=True) if 10 * size <= low]
     if chunk_load(events, queries, reach, low) > budget:  # too dense: the copies' bound
+        units = _round_units(low)
         return -(-low // units[0]) * units[0] if units else low
     times = np.concatenate([events, queries])
     high = max(int(times.max() - times.min()) + 1 if rows else 1, low)
@@ -269,11 +269,19 @@ def chunk_length(event_times: Sequence[int] | np.ndarray, query_times: Sequence[
             low = middle
         else:
             high = middle
-    for unit in [size for size in sorted(UNIT_MS.values(), reverse=True) if 10 * size <= low]:
+    for unit in _round_units(low):
         rounded = low // unit * unit  # down to a round length (10% at most), for the report,
         if rounded >= floor and chunk_load(events, queries, reach, rounded) <= budget:
             return rounded  # where it still fits
     return low
+
+
+def _round_units(length: int) -> list[int]:
+    """Return the units (day, hour, minute, second) of at most a tenth of ``length``.
+
+    Largest first: a length rounded to one of them moves by 10% at most.
+    """
+    return [size for size in sorted(UNIT_MS.values(), reverse=True) if 10 * size <= length]
 
 
 def find_hot_keys(plan: PartPlan, queries: Sequence[DataFrame], reach: int, max_rows: int,

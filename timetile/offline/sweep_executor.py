@@ -126,7 +126,7 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
     if op == "count":
         return pa.array(counts, type=pa.int64())
     if op in _EVENT_ORDER_OPS:
-        return _in_event_order(op, feature.aggregation.k, column.in_event_order(), lows, highs)
+        return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
     values = column.values
     assert values is not None
     if op in ("min", "max"):
@@ -150,8 +150,8 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
     return pa.array(means, mask=empty, type=pa.float64())
 
 
-def _in_event_order(op: str, k: int | None, values: pa.Array, lows: np.ndarray,
-                    highs: np.ndarray) -> pa.Array:
+def _ends_of_runs(op: str, k: int | None, values: pa.Array, lows: np.ndarray,
+                  highs: np.ndarray) -> pa.Array:
     """Return ``op`` over each query's run ``[low, high)`` of ``values``, in event order.
 
     ``op`` is ``first``, ``last``, ``first_k`` or ``last_k``; an empty run gives null.
