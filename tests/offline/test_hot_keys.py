@@ -25,6 +25,7 @@ from timetile.offline.hot_keys import (
     part_reach,
     shortest_chunk,
     with_chunks,
+    worth_tallying,
 )
 from timetile.offline.plan import ExecutorOptions, plan_backfill
 from timetile.offline.sweep_executor import sweep_features
@@ -309,6 +310,50 @@ def test_small_parts_and_lifetime_windows_skip_the_search(spark: Any) -> None:
         ours = job.dataframe()
         assert "find hot keys" not in job.report.stage_seconds
         assert not mismatches(join, ours, spark, ["user_id", "ts", "label"])
+
+
+def test_the_fullest_key_bucket_bounds_every_key_and_spares_the_search(spark: Any) -> None:
+    """2,000 events and 400 left rows over 100 keys outnumber a limit of 100, but no bucket
+    of key hashes holds that many: no search runs, and the buckets bound every key's rows.
+    One key with 150 left rows fills its bucket, and the search runs again."""
+    rng = np.random.default_rng(61)
+    events = [(key, BASE + int(t), 1.0) for key in range(100)
+              for t in rng.integers(0, 7 * DAY_MS, 20)]
+    left = [(int(key), BASE + int(t), 0.0) for key, t in
+            zip(rng.integers(0, 100, 400), rng.integers(0, 7 * DAY_MS, 400), strict=True)]
+    join = one_key_join(spark, events, left)
+    job = tt.BackfillJob(join, spark, max_key_events=100)
+    assert "find hot keys" not in job.report.stage_seconds
+    left_counts, event_counts = job.report.sources
+    most_asked = max(np.bincount([key for key, _, _ in left]))
+    assert most_asked <= left_counts.fullest_bucket[("user_id",)] < 100 - 20
+    assert 20 <= event_counts.fullest_bucket[("user_id",)] <= 60  # 4,096 buckets, 100 keys
+    assert not mismatches(join, job.dataframe(), spark, ["user_id", "ts", "label"])
+
+    crowded = one_key_join(spark, events, [*left, *[(5, BASE + i, 1.0) for i in range(150)]])
+    job = tt.BackfillJob(crowded, spark, max_key_events=100)
+    assert "find hot keys" in job.report.stage_seconds
+    assert job.report.sources[0].fullest_bucket[("user_id",)] >= 150
+    assert any("hot key" in note for note in job.report.notes)
+
+
+def test_only_parts_that_spark_estimates_as_big_are_tallied(spark: Any, tmp_path: Any) -> None:
+    """The tally costs a small part for nothing: a Parquet part of 1,000 rows is tallied for
+    a limit of 10 rows, not for one of 100,000; Python rows have no estimate, so they are."""
+    path = str(tmp_path / "events")
+    spark.range(1000).select(F.col("id").alias("user_id"), (F.col("id") * 1000).alias("ts"),
+                             F.rand(1).alias("amount")).write.parquet(path)
+    events = spark.read.parquet(path)
+    assert worth_tallying([events], 10)
+    assert not worth_tallying([events], 100_000)
+    assert worth_tallying([spark.createDataFrame([(1,)], "user_id long")], 10**12)
+    group_by = tt.GroupBy("g", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["1h"])])
+    join = tt.Join("j", tt.EventSource(events.select("user_id", "ts")), [group_by])
+    for limit, tallied in ((100_000, False), (10, True)):
+        sources = tt.BackfillJob(join, spark, max_key_events=limit).report.sources
+        assert bool(sources[1].fullest_bucket) is tallied
+        assert bool(sources[0].fullest_bucket) is tallied
 
 
 def test_a_non_positive_limit_is_refused(spark: Any) -> None:

@@ -9,7 +9,7 @@ compute features per distinct (keys, time) query, which are joined back to the l
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +21,13 @@ from timetile.api.sources import EventSource
 from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
 from timetile.offline.derivations import apply_derivations, check_plan
 from timetile.offline.entity_executor import entity_features, entity_output_fields
-from timetile.offline.hot_keys import KeySplit, find_hot_keys, part_reach
+from timetile.offline.hot_keys import (
+    KeySplit,
+    find_hot_keys,
+    key_bucket,
+    part_reach,
+    worth_tallying,
+)
 from timetile.offline.interval_tree_executor import (
     BROADCAST_QUERY_LIMIT,
     interval_tree_features,
@@ -66,10 +72,11 @@ class BackfillJob:
     """A backfill, planned and checked on construction, run by :meth:`dataframe`.
 
     Construction loads the sources lazily, checks the definition against their schemas and
-    counts, in one Spark job over every source, the rows that cannot be used. It raises
-    before any feature work starts. It then picks each part's executor, and for a swept
-    part with more than ``max_key_events`` events and left rows, samples them for hot keys
-    (one job).
+    counts, in one Spark job over every source, the rows that cannot be used, and for the
+    parts that may sweep, the rows of their fullest bucket of key hashes. It raises before
+    any feature work starts. It then picks each part's executor, and for a swept part whose
+    fullest buckets of events and left rows together hold more than ``max_key_events``,
+    samples them for hot keys (one job).
 
     Args:
         join: the definition.
@@ -84,7 +91,8 @@ class BackfillJob:
         max_key_events: on the sweep, a key with more rows than this (its events and its
             left rows together) is cut into chunks of time, each swept in its own task (see
             :mod:`timetile.offline.hot_keys`). Finding such keys costs one sampled pass
-            over a part's events and left rows, run only when they outnumber this.
+            over a part's events and left rows, run only when a key could hold more than
+            this (as counted by bucket of key hashes).
 
     Raises:
         DefinitionError: the definition cannot work against the real schemas.
@@ -128,7 +136,7 @@ class BackfillJob:
         if self.plan.entity_left and self.range_ms is not None:  # a left row is its day's end
             self.range_ms = (_shifted(self.range_ms[0]), _shifted(self.range_ms[1]))
         with self.report.stage("count input"):
-            self.report.sources.extend(_count_sources(self.plan))
+            self.report.sources.extend(_count_sources(self.plan, self._bounded_keys()))
         self._check_input(strict)
         with self.report.stage("find snapshot days"):
             self._check_snapshots(strict)
@@ -136,6 +144,30 @@ class BackfillJob:
         self.report.path = ", ".join(f"{part.part.group_by.name}: {path}"
                                      for part, path in zip(self.plan.parts, self._paths,
                                                            strict=True))
+
+    def _bounded_keys(self) -> dict[int, set[tuple[str, ...]]]:
+        """Return the key columns, per counted source, whose fullest hash bucket to count.
+
+        Those of each part that may sweep and be split (the parts :meth:`_find_hot_keys`
+        looks at), when Spark's size estimate makes it big enough to need a search
+        (:func:`worth_tallying`): its GroupBy's keys on its events, and its left keys on the
+        left rows (index 0).
+        """
+        bounded: dict[int, set[tuple[str, ...]]] = {}
+        if self.executor not in (AUTO, "sweep"):
+            return bounded
+        roles = {source.role: index for index, source in enumerate(self.plan.counted)
+                 if index > 0}
+        for part in self.plan.parts:
+            if (not isinstance(part, PartPlan) or part_reach(part) is None
+                    or not any(sweeps(feature) for feature in part.features)
+                    or not worth_tallying([part.events, part.query_rows(self.plan.left)],
+                                          self.max_key_events)):
+                continue
+            group_by = part.part.group_by
+            bounded.setdefault(roles[group_by.name], set()).add(tuple(group_by.keys))
+            bounded.setdefault(0, set()).add(tuple(part.part.left_keys))
+        return bounded
 
     def _check_input(self, strict: bool) -> None:
         for source in self.report.sources:
@@ -274,21 +306,28 @@ class BackfillJob:
         Once per GroupBy: parts that share one (with other key mappings) share its keys,
         found among its events and the queries each of them sends to its own sweep.
         """
-        name = part.part.group_by.name
+        group_by = part.part.group_by
+        name = group_by.name
         if name in self._splits:
             return
         left_rows, *sources = self.report.sources  # the left rows are counted first
         events = next(source for source in sources if source.role == name)
+        sharing = [other for other in self.plan.parts
+                   if isinstance(other, PartPlan) and other.part.group_by.name == name]
         reach = part_reach(part)
         self._splits[name] = None
-        if events.usable + left_rows.usable <= self.max_key_events or reach is None:
+        # At most the fullest hash bucket of each side: of the events, and of the left rows
+        # of the sweep that gets the most of them (else each side's usable rows).
+        most = events.fullest_bucket.get(tuple(group_by.keys), events.usable) + max(
+            left_rows.fullest_bucket.get(tuple(other.part.left_keys), left_rows.usable)
+            for other in sharing)
+        if most <= self.max_key_events or reach is None:
             return  # no key can be hot, or a lifetime window
         left = self._kept_left()  # each part's sweep gets its left rows, or its distinct
         # queries where they cannot ride (dataframe() asks _rides of them with the columns
         # of earlier parts added, which are Arrow's own types)
         queries = [other.query_rows(left) if _rides(other, left) else other.queries(left)
-                   for other in self.plan.parts
-                   if isinstance(other, PartPlan) and other.part.group_by.name == name]
+                   for other in sharing]
         with self.report.stage("find hot keys"):
             found = find_hot_keys(part, queries, reach, self.max_key_events,
                                   rows=events.usable + left_rows.usable * len(queries))
@@ -420,31 +459,52 @@ def _time_range(start: str | None, end: str | None) -> tuple[int, int] | None:
     return low, high
 
 
-def _count_sources(plan: BackfillPlan) -> list[SourceCounts]:
-    """Count every source's rows, and those it cannot use, in one Spark job.
+def _count_sources(plan: BackfillPlan,
+                   bounded: Mapping[int, Collection[tuple[str, ...]]]) -> list[SourceCounts]:
+    """Count every source's rows, those it cannot use, and its fullest key buckets: one job.
 
-    One aggregate row per source, tagged with its index and unioned, so that the sources
-    are scanned side by side instead of one job (and its scheduling) after another.
+    ``bounded`` names, per index into ``plan.counted``, the tuples of key columns whose
+    fullest bucket to find (:attr:`SourceCounts.fullest_bucket`): a source's usable rows are
+    tallied per bucket of each tuple's hash (:func:`key_bucket`), the fullest kept. One
+    aggregate row per (source, tuple of keys), tagged and unioned, so that the sources are
+    scanned side by side instead of one job (and its scheduling) after another; a source is
+    scanned once per tuple of keys, or once without any.
     """
-    sources = plan.counted
     tallies = []
-    for index, source in enumerate(sources):
+    for index, source in enumerate(plan.counted):
         no_key = F.lit(False)
         for key in source.keys:
             no_key |= F.col(key).isNull()
-        tallies.append(source.frame.agg(
-            F.lit(index).alias("source"),
-            F.count(F.lit(1)).alias("rows"),
-            F.count_if(~source.placed).alias("without_time"),
-            F.count_if(source.placed & no_key).alias("without_key"),
-        ))
+        flags = [source.placed.alias("_tt_placed"), no_key.alias("_tt_no_key")]
+        placed, keyless = F.col("_tt_placed"), F.col("_tt_no_key")
+        counts = [F.count(F.lit(1)).alias("rows"), F.count_if(~placed).alias("without_time"),
+                  F.count_if(placed & keyless).alias("without_key")]
+        tag = [F.lit(index).alias("source")]
+        if not bounded.get(index):  # one aggregate: no shuffle of buckets
+            tallies.append(source.frame.select(*flags).agg(
+                *tag, F.lit(0).alias("keys"), *counts, F.lit(None).cast("long").alias("fullest")))
+            continue
+        for position, keys in enumerate(sorted(bounded[index])):
+            tallies.append(
+                source.frame.select(key_bucket(keys).alias("_tt_bucket"), *flags)
+                .groupBy("_tt_bucket")
+                .agg(*counts, F.count_if(placed & ~keyless).alias("usable"))
+                .agg(*tag, F.lit(position).alias("keys"),
+                     *[F.coalesce(F.sum(name), F.lit(0)).alias(name)  # 0, not null, if empty
+                       for name in ("rows", "without_time", "without_key")],
+                     F.max("usable").alias("fullest")))
     union = tallies[0]
     for tally in tallies[1:]:
         union = union.unionByName(tally)
-    rows = {row["source"]: row for row in union.collect()}  # one small row per source
-    return [SourceCounts(source.role, source.label, rows[index]["rows"],
-                         rows[index]["without_time"], rows[index]["without_key"], source.time)
-            for index, source in enumerate(sources)]
+    rows = {(row["source"], row["keys"]): row for row in union.collect()}  # a few small rows
+    found = []
+    for index, source in enumerate(plan.counted):
+        row = rows[(index, 0)]
+        fullest = {keys: rows[(index, position)]["fullest"] or 0
+                   for position, keys in enumerate(sorted(bounded.get(index, ())))}
+        found.append(SourceCounts(source.role, source.label, row["rows"], row["without_time"],
+                                  row["without_key"], source.time, fullest))
+    return found
 
 
 def backfill(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -24,6 +24,9 @@ class SourceCounts:
         without_key: rows with a null key: they can match no query, so they are left out.
         time: what places a row in time: ``time``, or an entity's ``partition`` or
             ``mutation time or is_before``.
+        fullest_bucket: for some tuples of key columns (those of the parts that may sweep),
+            the most usable rows in one bucket of the keys' hash
+            (:func:`timetile.offline.hot_keys.key_bucket`): no key has more rows.
 
     """
 
@@ -33,6 +36,7 @@ class SourceCounts:
     without_time: int
     without_key: int
     time: str = "time"
+    fullest_bucket: Mapping[tuple[str, ...], int] = field(default_factory=dict)
 
     @property
     def left_out(self) -> int:
