@@ -178,7 +178,8 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
     queries = queries.withColumn("user_id", F.col("user_id").cast(left_key))
     group_by = tt.GroupBy("hot", tt.EventSource(events), ["user_id"], [
         *[tt.Aggregation(column, op, windows=WINDOWS)
-          for op in ("count", "sum", "avg", "min", "max") for column in ("amount", "quantity")],
+          for op in ("count", "sum", "avg", "min", "max", "variance", "stddev")
+          for column in ("amount", "quantity")],
         *[tt.Aggregation(column, op, windows=WINDOWS) for op in ("first", "last")
           for column in ("amount", "item")],
         tt.Aggregation("item", "first_k", k=2, windows=WINDOWS)])

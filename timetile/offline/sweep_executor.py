@@ -8,7 +8,8 @@ path for these ops, which are the common case. Its limit is skew: one task holds
 events of its keys, where the tiled executor holds at most one hop of one key. ``auto``
 picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a type it accepts
 (``count``, ``first``, ``last``, ``first_k`` and ``last_k`` of any column; ``sum``, ``avg``,
-``min`` and ``max`` of a number); ``executor="tiled"`` forces the skew-bounded path.
+``min``, ``max``, ``variance`` and ``stddev`` of a number); ``executor="tiled"`` forces the
+skew-bounded path.
 
 Columns of the queries beyond keys and time ride through unchanged, so a backfill can send
 its left rows, duplicates included, straight through the sweep: no distinct, no join back.
@@ -28,10 +29,13 @@ from pyspark.sql import types as T
 
 from timetile.core.aggregators.ordering import normalized
 from timetile.core.kernels.sweep import (
+    MomentTree,
+    moment_tree,
     window_extremes,
     window_int_sums,
     window_runs,
     window_sums,
+    window_variances,
 )
 from timetile.core.types import ValueType
 from timetile.offline.hot_keys import CHUNK, with_chunks
@@ -54,6 +58,8 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
     "last": frozenset(ValueType),
     "first_k": frozenset(ValueType),
     "last_k": frozenset(ValueType),
+    "variance": frozenset({ValueType.INT, ValueType.FLOAT}),
+    "stddev": frozenset({ValueType.INT, ValueType.FLOAT}),
 }
 #: The ops that read values by event order: equal times are ordered by value.
 _EVENT_ORDER_OPS = frozenset({"first", "last", "first_k", "last_k"})
@@ -94,6 +100,14 @@ class _Column:
         self.values = (self.kept.to_numpy(zero_copy_only=False).astype(value_type.numpy_dtype)
                        if value_type.numeric else None)
         self._in_event_order: pa.Array | None = None
+        self._moment_tree: MomentTree | None = None
+
+    def moment_tree(self) -> MomentTree:
+        """Return the values' tree of moments (built once, for every window). O(n)."""
+        if self._moment_tree is None:
+            assert self.values is not None  # a numeric column
+            self._moment_tree = moment_tree(self.values.astype(np.float64))
+        return self._moment_tree
 
     def in_event_order(self) -> pa.Array:
         """Return the values in the order ``first`` and ``last`` read them, as Arrow.
@@ -127,6 +141,10 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
         return pa.array(counts, type=pa.int64())
     if op in _EVENT_ORDER_OPS:
         return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
+    if op in ("variance", "stddev"):
+        variances, null = window_variances(column.moment_tree(), lows, highs)
+        return pa.array(np.sqrt(variances) if op == "stddev" else variances, mask=null,
+                        type=pa.float64())
     values = column.values
     assert values is not None
     if op in ("min", "max"):

@@ -11,7 +11,11 @@ never decrease with the query time), found by binary search. Then
   (huge magnitudes, or a prefix that overflowed) is summed again exactly, so results are
   correctly rounded to well within the 1e-9 the oracle tests allow;
 - ``min``, ``max``: a monotonic deque per key, O(events + queries), in Spark's order (NaN
-  above every number: ``max`` is NaN when a NaN is in the window, ``min`` only when all are).
+  above every number: ``max`` is NaN when a NaN is in the window, ``min`` only when all are);
+- ``variance``, ``stddev``: a segment tree of (count, mean, m2) over the finite values,
+  merged with Chan's pairwise formula as :mod:`timetile.core.aggregators.moments` merges
+  them (a difference of prefix sums of squares would cancel catastrophically), and prefix
+  counts of the NaN and ±inf values; O(n + q log n).
 
 Total cost O((n + q) log n) for n events and q queries; memory O(n). These are the semantics
 of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by the tests.
@@ -29,6 +33,7 @@ from timetile.core.aggregators.exact import exact_float_sum, scaled_to_float
 
 Int64s = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
 
 
 @numba.njit(cache=True)
@@ -168,3 +173,100 @@ def window_extremes(  # noqa: PLR0917  (numba kernels take positional arrays)
             else:
                 empty[query] = True
     return out, empty
+
+
+#: A partial of ``variance``: (count, mean, m2) of some finite values.
+Moments = tuple[int, float, float]
+_NO_MOMENTS: Moments = (0, 0.0, 0.0)
+#: What :func:`moment_tree` builds: per node count, mean and m2, then prefix counts of NaN/inf.
+MomentTree = tuple[Int64s, Floats, Floats, Int64s]
+
+
+@numba.njit(cache=True)
+def _chan_merge(a: Moments, b: Moments) -> Moments:
+    """Merge two partials with Chan, Golub & LeVeque's pairwise update.
+
+    The formula of ``timetile.core.aggregators.moments._combine`` for m2, with the same
+    fallback for a mean whose difference overflowed.
+    """
+    count_a, mean_a, m2_a = a
+    count_b, mean_b, m2_b = b
+    if count_b == 0:
+        return a
+    if count_a == 0:
+        return b
+    na, nb = float(count_a), float(count_b)
+    n = na + nb
+    delta = mean_b - mean_a
+    delta_n = delta / n
+    mean = mean_a + delta_n * nb
+    if not math.isfinite(mean):
+        mean = mean_a * (na / n) + mean_b * (nb / n)
+    return count_a + count_b, mean, m2_a + m2_b + delta * delta_n * na * nb
+
+
+@numba.njit(cache=True)
+def moment_tree(values: Floats) -> MomentTree:
+    """Build the tree :func:`window_variances` reads: (count, mean, m2) per node, and more.
+
+    A segment tree over the finite values (heap order, leaves at ``size + i``; a NaN or ±inf
+    leaf is empty), merged with :func:`_chan_merge`, and the prefix counts of the values
+    that are not finite. O(n) time and memory (at most four arrays of 2n).
+    """
+    size = 1
+    while size < len(values):
+        size *= 2
+    counts = np.zeros(2 * size, dtype=np.int64)
+    means = np.zeros(2 * size)
+    m2s = np.zeros(2 * size)
+    nonfinite = np.zeros(len(values) + 1, dtype=np.int64)
+    for i in range(len(values)):
+        value = values[i]
+        finite = math.isfinite(value)
+        nonfinite[i + 1] = nonfinite[i] + (0 if finite else 1)
+        if finite:
+            counts[size + i] = 1
+            means[size + i] = value + 0.0  # -0.0 as 0.0
+    for node in range(size - 1, 0, -1):
+        first, second = 2 * node, 2 * node + 1
+        counts[node], means[node], m2s[node] = _chan_merge(
+            (counts[first], means[first], m2s[first]),
+            (counts[second], means[second], m2s[second]))
+    return counts, means, m2s, nonfinite
+
+
+@numba.njit(cache=True)
+def window_variances(tree: MomentTree, lows: Int64s, highs: Int64s) -> tuple[Floats, Bools]:
+    """Spark's ``var_samp`` of each run ``[lo, hi)`` of a :func:`moment_tree`'s values.
+
+    Returns the variances and whether each is null. Null below two values; NaN when a NaN
+    or ±inf is in the run; otherwise m2 / (n − 1), with m2 merged in order from the
+    O(log n) nodes that cover the run (a constant run gives exactly 0.0), and inf when the
+    squares of finite values overflow. O(q log n).
+    """
+    counts, means, m2s, nonfinite = tree
+    size = len(counts) // 2
+    out = np.zeros(len(lows))
+    null = np.zeros(len(lows), dtype=np.bool_)
+    for query in range(len(lows)):
+        low, high = lows[query], highs[query]
+        if high - low < 2:
+            null[query] = True
+            continue
+        if nonfinite[high] > nonfinite[low]:
+            out[query] = math.nan
+            continue
+        before, after = _NO_MOMENTS, _NO_MOMENTS  # the nodes left and right of the middle
+        left, right = low + size, high + size
+        while left < right:
+            if left & 1:
+                before = _chan_merge(before, (counts[left], means[left], m2s[left]))
+                left += 1
+            if right & 1:
+                right -= 1
+                after = _chan_merge((counts[right], means[right], m2s[right]), after)
+            left //= 2
+            right //= 2
+        m2 = _chan_merge(before, after)[2]
+        out[query] = math.inf if math.isnan(m2) else m2 / (high - low - 1)
+    return out, null
