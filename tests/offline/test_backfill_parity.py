@@ -99,11 +99,14 @@ def within_hll_bound(estimate: int, truth: int) -> bool:
 
 @pytest.mark.parametrize("executor", ["tiled", "interval_tree", "reference", "auto"])
 def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, executor: str) -> None:
-    """``auto`` keeps the part whole: the sweep computes fewer than half its features."""
+    """``auto`` splits the part: the sweep computes at least half its features (count, sum,
+    avg, min, max, variance, stddev, first, last, first_k, last_k), the interval tree the
+    rest; the columns keep the definition's order."""
     job = tt.BackfillJob(join, spark, executor=executor)
     frame = job.dataframe()
     assert frame.columns[-len(join.output_columns()):] == join.output_columns()
-    assert job.report.path == f"user: {'interval_tree' if executor == 'auto' else executor}"
+    path = "sweep+interval_tree" if executor == "auto" else executor
+    assert job.report.path == f"user: {path}"
     ours = by_row(frame.collect())
     epsilon = KLL_RANK_ERROR
     theirs = by_row(percentile_rank_bounds(join, spark, epsilon).collect())

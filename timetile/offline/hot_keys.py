@@ -213,7 +213,10 @@ def key_literal(value: Column, kind: T.DataType) -> Column:
 def key_bucket(keys: Sequence[str]) -> Column:
     """Return the bucket of a row's ``keys``, in ``[0, KEY_BUCKETS)``; 0 without keys.
 
-    Equal keys share a bucket (nulls too), so a bucket's rows bound those of each of its keys.
+    Equal keys share a bucket (nulls too, and ``-0.0`` with ``0.0``, as Spark hashes them),
+    so a bucket's rows bound those of each of its keys. Strings hash by their bytes: keys
+    equal only under a collation (``UTF8_LCASE``) may fall apart, and the bound then misses
+    a key hot through them, which costs memory, never a wrong result.
     """
     if not keys:
         return F.lit(0)

@@ -36,7 +36,7 @@ class SourceCounts:
     without_time: int
     without_key: int
     time: str = "time"
-    fullest_bucket: Mapping[tuple[str, ...], int] = field(default_factory=dict)
+    fullest_bucket: Mapping[tuple[str, ...], int] = field(default_factory=dict, hash=False)
 
     @property
     def left_out(self) -> int:

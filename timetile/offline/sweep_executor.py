@@ -106,7 +106,7 @@ class _Column:
         """Return the values' tree of moments (built once, for every window). O(n)."""
         if self._moment_tree is None:
             assert self.values is not None  # a numeric column
-            self._moment_tree = moment_tree(self.values.astype(np.float64))
+            self._moment_tree = moment_tree(self.values.astype(np.float64, copy=False))
         return self._moment_tree
 
     def in_event_order(self) -> pa.Array:

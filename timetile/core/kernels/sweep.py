@@ -175,11 +175,21 @@ def window_extremes(  # noqa: PLR0917  (numba kernels take positional arrays)
     return out, empty
 
 
-#: A partial of ``variance``: (count, mean, m2) of some finite values.
-Moments = tuple[int, float, float]
-_NO_MOMENTS: Moments = (0, 0.0, 0.0)
-#: What :func:`moment_tree` builds: per node count, mean and m2, then prefix counts of NaN/inf.
-MomentTree = tuple[Int64s, Floats, Floats, Int64s]
+#: A partial of ``variance``: the count of some finite values, their mean as a double-double
+#: (high and low words), and m2, the sum of their squared deviations from it.
+Moments = tuple[int, float, float, float]
+_NO_MOMENTS: Moments = (0, 0.0, 0.0, 0.0)
+#: What :func:`moment_tree` builds: per node its count, mean (high, low) and m2, then the
+#: prefix counts of NaN and ±inf.
+MomentTree = tuple[Int64s, Floats, Floats, Floats, Int64s]
+
+
+@numba.njit(cache=True)
+def _two_sum(a: float, b: float) -> tuple[float, float]:
+    """Return ``a + b`` rounded, and its rounding error, exactly (Knuth's TwoSum)."""
+    total = a + b
+    z = total - a
+    return total, (a - (total - z)) + (b - z)
 
 
 @numba.njit(cache=True)
@@ -187,37 +197,44 @@ def _chan_merge(a: Moments, b: Moments) -> Moments:
     """Merge two partials with Chan, Golub & LeVeque's pairwise update.
 
     The formula of ``timetile.core.aggregators.moments._combine`` for m2, with the same
-    fallback for a mean whose difference overflowed.
+    fallback for a mean whose difference overflowed. The mean is kept as a double-double:
+    rounded to one double, the mean of values near 1e9 is off by about 1e-7, and the
+    update's ``delta`` carries that error into m2 at first order (a relative error of 1e-7
+    for a spread of 1); with the low word, ``delta`` is exact to about 1e-16 of itself.
     """
-    count_a, mean_a, m2_a = a
-    count_b, mean_b, m2_b = b
+    count_a, high_a, low_a, m2_a = a
+    count_b, high_b, low_b, m2_b = b
     if count_b == 0:
         return a
     if count_a == 0:
         return b
     na, nb = float(count_a), float(count_b)
     n = na + nb
-    delta = mean_b - mean_a
+    difference, error = _two_sum(high_b, -high_a)
+    delta = difference + (error + (low_b - low_a))
     delta_n = delta / n
-    mean = mean_a + delta_n * nb
-    if not math.isfinite(mean):
-        mean = mean_a * (na / n) + mean_b * (nb / n)
-    return count_a + count_b, mean, m2_a + m2_b + delta * delta_n * na * nb
+    high, low = _two_sum(high_a, delta_n * nb)
+    high, low = _two_sum(high, low + low_a)
+    if not math.isfinite(high):  # delta overflowed (means near both ends of the double range)
+        high, low = high_a * (na / n) + high_b * (nb / n), 0.0
+    return count_a + count_b, high, low, m2_a + m2_b + delta * delta_n * na * nb
 
 
 @numba.njit(cache=True)
 def moment_tree(values: Floats) -> MomentTree:
-    """Build the tree :func:`window_variances` reads: (count, mean, m2) per node, and more.
+    """Build the tree :func:`window_variances` reads.
 
-    A segment tree over the finite values (heap order, leaves at ``size + i``; a NaN or ±inf
-    leaf is empty), merged with :func:`_chan_merge`, and the prefix counts of the values
-    that are not finite. O(n) time and memory (at most four arrays of 2n).
+    A segment tree over the finite values in heap order (the root at 1, leaf ``i`` at
+    ``size + i``, a NaN or ±inf leaf empty), each node the :func:`_chan_merge` of its
+    children, and the prefix counts of the values that are not finite. O(n) time; four
+    arrays of 2·size (size < 2n) and one of n + 1: at most 64n + 8 bytes.
     """
     size = 1
     while size < len(values):
         size *= 2
     counts = np.zeros(2 * size, dtype=np.int64)
-    means = np.zeros(2 * size)
+    highs = np.zeros(2 * size)
+    lows = np.zeros(2 * size)
     m2s = np.zeros(2 * size)
     nonfinite = np.zeros(len(values) + 1, dtype=np.int64)
     for i in range(len(values)):
@@ -226,13 +243,13 @@ def moment_tree(values: Floats) -> MomentTree:
         nonfinite[i + 1] = nonfinite[i] + (0 if finite else 1)
         if finite:
             counts[size + i] = 1
-            means[size + i] = value + 0.0  # -0.0 as 0.0
+            highs[size + i] = value + 0.0  # -0.0 as 0.0
     for node in range(size - 1, 0, -1):
         first, second = 2 * node, 2 * node + 1
-        counts[node], means[node], m2s[node] = _chan_merge(
-            (counts[first], means[first], m2s[first]),
-            (counts[second], means[second], m2s[second]))
-    return counts, means, m2s, nonfinite
+        counts[node], highs[node], lows[node], m2s[node] = _chan_merge(
+            (counts[first], highs[first], lows[first], m2s[first]),
+            (counts[second], highs[second], lows[second], m2s[second]))
+    return counts, highs, lows, m2s, nonfinite
 
 
 @numba.njit(cache=True)
@@ -244,7 +261,7 @@ def window_variances(tree: MomentTree, lows: Int64s, highs: Int64s) -> tuple[Flo
     O(log n) nodes that cover the run (a constant run gives exactly 0.0), and inf when the
     squares of finite values overflow. O(q log n).
     """
-    counts, means, m2s, nonfinite = tree
+    counts, means, means_low, m2s, nonfinite = tree
     size = len(counts) // 2
     out = np.zeros(len(lows))
     null = np.zeros(len(lows), dtype=np.bool_)
@@ -260,13 +277,47 @@ def window_variances(tree: MomentTree, lows: Int64s, highs: Int64s) -> tuple[Flo
         left, right = low + size, high + size
         while left < right:
             if left & 1:
-                before = _chan_merge(before, (counts[left], means[left], m2s[left]))
+                before = _chan_merge(before, (counts[left], means[left], means_low[left],
+                                              m2s[left]))
                 left += 1
             if right & 1:
                 right -= 1
-                after = _chan_merge((counts[right], means[right], m2s[right]), after)
+                after = _chan_merge((counts[right], means[right], means_low[right],
+                                     m2s[right]), after)
             left //= 2
             right //= 2
-        m2 = _chan_merge(before, after)[2]
+        m2 = _chan_merge(before, after)[3]
         out[query] = math.inf if math.isnan(m2) else m2 / (high - low - 1)
     return out, null
+
+
+def check_moment_tree(tree: MomentTree, values: Floats) -> None:
+    """Assert the invariants of a :func:`moment_tree` of ``values`` (the tree's ``_check``).
+
+    Leaves hold the finite values, each node counts its children's values, its mean lies
+    between theirs and its m2 is at least the sum of theirs; the prefix counts of NaN and
+    ±inf match ``values``. O(n).
+    """
+    counts, means, means_low, m2s, nonfinite = tree
+    size = len(counts) // 2
+    assert size >= len(values), "a leaf per value"
+    assert size & (size - 1) == 0, "size: a power of two"
+    finite = np.isfinite(values)
+    assert np.array_equal(nonfinite, np.concatenate([[0], np.cumsum(~finite)])), "prefixes"
+    leaves = slice(size, size + len(values))
+    assert np.array_equal(counts[leaves], finite.astype(np.int64)), "leaf counts"
+    assert np.array_equal(means[leaves][finite], values[finite] + 0.0), "leaf means"
+    assert not counts[size + len(values):].any(), "padding leaves are empty"
+    nodes = np.arange(1, size)
+    first, second = 2 * nodes, 2 * nodes + 1
+    assert np.array_equal(counts[nodes], counts[first] + counts[second]), "node counts"
+    full = (counts[first] > 0) & (counts[second] > 0)
+    lower = np.nextafter(np.minimum(means[first], means[second])[full], -np.inf)
+    upper = np.nextafter(np.maximum(means[first], means[second])[full], np.inf)
+    mean = means[nodes][full]  # within a unit in the last place: the low words may round it
+    assert np.all((lower <= mean) & (mean <= upper)), "a mean between its children's"
+    with np.errstate(invalid="ignore", over="ignore"):
+        children = m2s[first] + m2s[second]
+        ok = (m2s[nodes] >= children) | np.isnan(m2s[nodes]) | np.isnan(children)
+    assert np.all(ok[full]), "m2 at least its children's"
+    assert np.all(means_low[counts == 0] == 0.0), "empty nodes hold nothing"
