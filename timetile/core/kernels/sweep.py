@@ -14,8 +14,9 @@ never decrease with the query time), found by binary search. Then
   above every number: ``max`` is NaN when a NaN is in the window, ``min`` only when all are);
 - ``variance``, ``stddev``: a segment tree of (count, mean, m2) over the finite values,
   merged with Chan's pairwise formula as :mod:`timetile.core.aggregators.moments` merges
-  them (a difference of prefix sums of squares would cancel catastrophically), and prefix
-  counts of the NaN and ±inf values; O(n + q log n).
+  them, each mean a double-double (a difference of prefix sums of squares would cancel
+  catastrophically, and so would a mean rounded to one double), and prefix counts of the
+  NaN and ±inf values; O(n + q log n).
 
 Total cost O((n + q) log n) for n events and q queries; memory O(n). These are the semantics
 of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by the tests.
