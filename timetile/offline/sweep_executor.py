@@ -101,13 +101,21 @@ class _Column:
                        if value_type.numeric else None)
         self._in_event_order: pa.Array | None = None
         self._moment_tree: MomentTree | None = None
+        self._variances: dict[object, tuple[np.ndarray, np.ndarray]] = {}
 
-    def moment_tree(self) -> MomentTree:
-        """Return the values' tree of moments (built once, for every window). O(n)."""
+    def variances(self, window: object, runs: tuple[np.ndarray, np.ndarray]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Return the variance of each query's run in ``window``, and whether it is null.
+
+        Once per window, for ``variance`` and ``stddev`` both, from one tree of moments
+        per column (built on first use, O(n)); O(q log n) per window.
+        """
         if self._moment_tree is None:
             assert self.values is not None  # a numeric column
             self._moment_tree = moment_tree(self.values.astype(np.float64, copy=False))
-        return self._moment_tree
+        if window not in self._variances:
+            self._variances[window] = window_variances(self._moment_tree, *runs)
+        return self._variances[window]
 
     def in_event_order(self) -> pa.Array:
         """Return the values in the order ``first`` and ``last`` read them, as Arrow.
@@ -142,7 +150,7 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
     if op in _EVENT_ORDER_OPS:
         return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
     if op in ("variance", "stddev"):
-        variances, null = window_variances(column.moment_tree(), lows, highs)
+        variances, null = column.variances(feature.window, runs)
         return pa.array(np.sqrt(variances) if op == "stddev" else variances, mask=null,
                         type=pa.float64())
     values = column.values
