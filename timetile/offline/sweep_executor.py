@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from timetile.api.windows import Window
 from timetile.core.aggregators.ordering import normalized
 from timetile.core.kernels.sweep import (
     MomentTree,
@@ -101,9 +102,9 @@ class _Column:
                        if value_type.numeric else None)
         self._in_event_order: pa.Array | None = None
         self._moment_tree: MomentTree | None = None
-        self._variances: dict[object, tuple[np.ndarray, np.ndarray]] = {}
+        self._variances: dict[Window | None, tuple[np.ndarray, np.ndarray]] = {}
 
-    def variances(self, window: object, runs: tuple[np.ndarray, np.ndarray]
+    def variances(self, window: Window | None, runs: tuple[np.ndarray, np.ndarray]
                   ) -> tuple[np.ndarray, np.ndarray]:
         """Return the variance of each query's run in ``window``, and whether it is null.
 

@@ -57,6 +57,14 @@ def window_runs(event_times: Int64s, event_offsets: Int64s, query_offsets: Int64
 
 
 @numba.njit(cache=True)
+def _two_sum(a: float, b: float) -> tuple[float, float]:
+    """Return ``a + b`` rounded, and its rounding error, exactly (Knuth's TwoSum)."""
+    total = a + b
+    z = total - a
+    return total, (a - (total - z)) + (b - z)
+
+
+@numba.njit(cache=True)
 def _prefix_double_double(values: Floats) -> tuple[Floats, Floats, Int64s, Int64s, Int64s]:
     n = len(values)
     high = np.zeros(n + 1)
@@ -71,10 +79,8 @@ def _prefix_double_double(values: Floats) -> tuple[Floats, Floats, Int64s, Int64
         positive[i + 1] = positive[i] + (1 if x == np.inf else 0)
         negative[i + 1] = negative[i] + (1 if x == -np.inf else 0)
         if np.isfinite(x):
-            t = s + x  # TwoSum: s + x = t + error exactly
-            z = t - s
-            error = (s - (t - z)) + (x - z)
-            s, c = t, c + error
+            s, error = _two_sum(s, x)  # s + x = the new s + error, exactly
+            c += error
         high[i + 1] = s
         low[i + 1] = c
     return high, low, nans, positive, negative
@@ -183,14 +189,6 @@ _NO_MOMENTS: Moments = (0, 0.0, 0.0, 0.0)
 #: What :func:`moment_tree` builds: per node its count, mean (high, low) and m2, then the
 #: prefix counts of NaN and ±inf.
 MomentTree = tuple[Int64s, Floats, Floats, Floats, Int64s]
-
-
-@numba.njit(cache=True)
-def _two_sum(a: float, b: float) -> tuple[float, float]:
-    """Return ``a + b`` rounded, and its rounding error, exactly (Knuth's TwoSum)."""
-    total = a + b
-    z = total - a
-    return total, (a - (total - z)) + (b - z)
 
 
 @numba.njit(cache=True)
