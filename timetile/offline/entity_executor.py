@@ -34,7 +34,7 @@ from timetile.offline.plan import EntityPartPlan, ExecutorOptions
 from timetile.offline.reference_executor import build_aggregator, feature_fields
 from timetile.offline.result_types import arrow_column, arrow_schema
 from timetile.spark.entities import DAY, IS_BEFORE, MUTATION_TIME
-from timetile.spark.sorted_groups import group_bounds, whole_groups
+from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME
 
 KIND = "_tt_kind"
@@ -160,7 +160,6 @@ def entity_features(plan: EntityPartPlan, queries: DataFrame,
     tables, keys = plan.tables, plan.keys
     group_keys = tuple(plan.part.group_by.keys)
     spark = queries.sparkSession
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     snapshot_schema = tables.snapshots.schema
     nulls = [F.lit(None).cast(snapshot_schema[c].dataType).alias(c) for c in tables.row_columns]
     asked = queries.select(
@@ -195,6 +194,5 @@ def entity_features(plan: EntityPartPlan, queries: DataFrame,
         label = f"{plan.part.group_by.name} ({tables.source.label})"
         options.gauges[f"{label}: {UNMATCHED_GAUGE}"] = lambda: (
             f"{unmatched.value:,}" if unmatched is not None and unmatched.value else None)
-    return (union.repartition(partitions, *keys, DAY)
-            .sortWithinPartitions(*keys, DAY)
+    return (sorted_by_groups(union, [*keys, DAY])
             .mapInArrow(EntityPass(plan, arrow_schema(schema, spark), unmatched), schema))

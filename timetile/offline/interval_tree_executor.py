@@ -28,7 +28,7 @@ from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
 from timetile.offline.reference_executor import feature_values, output_schema
 from timetile.offline.result_types import arrow_schema, arrow_value
 from timetile.offline.tiled_executor import TiledLayout
-from timetile.spark.sorted_groups import Rows, group_bounds, map_groups
+from timetile.spark.sorted_groups import Rows, group_bounds, map_groups, sorted_by_groups
 from timetile.spark.sources import TIME
 
 KEY_ID = "_tt_key_id"
@@ -174,7 +174,6 @@ def interval_tree_features(plan: PartPlan, queries: DataFrame,
     layout = TiledLayout.of(plan)
     keys = list(layout.keys)
     spark = queries.sparkSession
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     local = queries.toArrow()
     key_table = local.select(keys).group_by(keys).aggregate([])
     key_values = [tuple(row[k] for k in keys) for row in key_table.to_pylist()]
@@ -198,9 +197,7 @@ def interval_tree_features(plan: PartPlan, queries: DataFrame,
     anchors = id_frame.select(KEY_ID, F.lit(-1).alias(SLOT),
                               F.lit(None).cast("binary").alias(TILING))
     schema = output_schema(plan, queries)
-    return (tilings.unionByName(anchors)
-            .repartition(partitions, KEY_ID)
-            .sortWithinPartitions(KEY_ID, SLOT)
+    return (sorted_by_groups(tilings.unionByName(anchors), [KEY_ID], SLOT)
             .mapInArrow(TilingMerge(layout, broadcast_index, broadcast_keys,
                                     arrow_schema(schema, spark)), schema))
 

@@ -30,7 +30,9 @@ from pyspark.sql import types as T
 from timetile.api.windows import Window
 from timetile.core.aggregators.ordering import normalized
 from timetile.core.kernels.sweep import (
+    FloatPrefixSums,
     MomentTree,
+    float_prefix_sums,
     moment_tree,
     window_extremes,
     window_int_sums,
@@ -43,7 +45,7 @@ from timetile.offline.hot_keys import CHUNK, with_chunks
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
 from timetile.offline.reference_executor import feature_fields
 from timetile.offline.result_types import arrow_schema
-from timetile.spark.sorted_groups import group_starts, whole_groups
+from timetile.spark.sorted_groups import group_starts, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME
 
 #: The ops the sweep computes, and the column types each accepts. Each reads only the non-null
@@ -101,8 +103,32 @@ class _Column:
         self.values = (self.kept.to_numpy(zero_copy_only=False).astype(value_type.numpy_dtype)
                        if value_type.numeric else None)
         self._in_event_order: pa.Array | None = None
+        self._float_prefix: FloatPrefixSums | None = None
+        self._sums: dict[Window | None, np.ndarray] = {}
         self._moment_tree: MomentTree | None = None
         self._variances: dict[Window | None, tuple[np.ndarray, np.ndarray]] = {}
+
+    def sums(self, window: Window | None, runs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Return the sum of each query's run in ``window``, 0 for an empty run.
+
+        Once per window, for ``sum`` and ``avg`` both. Doubles read one set of prefix sums
+        per column (O(n), on first use), then O(q) per window; integers are exact, in int64
+        or, where int64 could overflow, in Python integers (an object array).
+        """
+        if window not in self._sums:
+            values, (lows, highs) = self.values, runs
+            assert values is not None  # a numeric column
+            if values.dtype.kind == "f":
+                if self._float_prefix is None:
+                    self._float_prefix = float_prefix_sums(values)
+                self._sums[window] = window_sums(values, lows, highs, self._float_prefix)
+            else:
+                try:
+                    self._sums[window] = window_int_sums(values, lows, highs)
+                except OverflowError:  # exact Python integers instead
+                    prefix = np.concatenate([[0], np.cumsum(values.astype(object))])
+                    self._sums[window] = prefix[highs] - prefix[lows]
+        return self._sums[window]
 
     def variances(self, window: Window | None, runs: tuple[np.ndarray, np.ndarray]
                   ) -> tuple[np.ndarray, np.ndarray]:
@@ -160,20 +186,14 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
         extremes, empty = window_extremes(values, column.offsets, query_offsets, lows, highs,
                                           op == "max")
         return pa.array(extremes, mask=empty)
-    sums: np.ndarray
-    if value_type is ValueType.FLOAT:
-        sums = window_sums(values, lows, highs)
-    else:
-        try:
-            sums = window_int_sums(values, lows, highs)
-        except OverflowError:  # exact Python integers instead
-            prefix = np.concatenate([[0], np.cumsum(values.astype(object))])
-            sums = prefix[highs] - prefix[lows]
+    sums = column.sums(feature.window, runs)
     if op == "sum":
         return pa.array(sums, mask=empty, type=pa.float64() if value_type is ValueType.FLOAT
                         else pa.int64())
     with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.array([float(s) for s in sums]) / np.where(empty, 1, counts)
+        floats = (np.array([float(s) for s in sums]) if sums.dtype == object  # Python ints
+                  else sums.astype(np.float64))
+        means = floats / np.where(empty, 1, counts)
     return pa.array(means, mask=empty, type=pa.float64())
 
 
@@ -297,7 +317,6 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
                          "part")
     keys = plan.keys
     spark = queries.sparkSession
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     events_schema = plan.events.schema
     values = _feature_columns(plan)
     carried = queries.columns
@@ -320,6 +339,5 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
         is_event = _any_present([value_column(column) for column in values])
         rows = with_chunks(rows, keys, split, is_event)
         group_keys.append(CHUNK)
-    return (rows.repartition(partitions, *group_keys)
-            .sortWithinPartitions(*group_keys)
+    return (sorted_by_groups(rows, group_keys)
             .mapInArrow(SweepPass(plan, carried, arrow_schema(schema, spark), group_keys), schema))

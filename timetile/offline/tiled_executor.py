@@ -45,7 +45,7 @@ from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
 from timetile.offline.result_types import arrow_schema, arrow_value
-from timetile.spark.sorted_groups import Rows, map_groups
+from timetile.spark.sorted_groups import Rows, map_groups, sorted_by_groups
 from timetile.spark.sources import TIME
 
 HOP = "_tt_hop"
@@ -322,7 +322,7 @@ def _binary_fields(layout: TiledLayout) -> list[T.StructField]:
 
 
 def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None,
-              partitions: int, largest: Accumulator[tuple[int, str]] | None = None
+              largest: Accumulator[tuple[int, str]] | None = None
               ) -> DataFrame:
     """Stage 1: events (with :data:`HOP`) and scan requests, by (key, hop)."""
     keys = list(layout.keys)
@@ -337,8 +337,7 @@ def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None
     schema = T.StructType([*key_fields, T.StructField(HOP, T.LongType()),
                            T.StructField(BOUND, T.LongType()),
                            T.StructField(SIDE, T.IntegerType()), *_binary_fields(layout)])
-    return (rows.repartition(partitions, *keys, HOP)
-            .sortWithinPartitions(*keys, HOP, TIME, KIND)
+    return (sorted_by_groups(rows, [*keys, HOP], TIME, KIND)
             .mapInArrow(HopPass(layout, arrow_schema(schema, rows.sparkSession), largest), schema))
 
 
@@ -356,7 +355,7 @@ def _source_signature(plan: PartPlan) -> str:
 
 
 def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
-                     options: ExecutorOptions, partitions: int) -> DataFrame:
+                     options: ExecutorOptions) -> DataFrame:
     """Hop partials from the store, computing and storing only the days it lacks."""
     if DAY_MS % layout.hop_ms:
         raise ValueError(f"stored partials need a hop that divides a day, and the windows of "
@@ -369,8 +368,7 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
     days = {row[0] for row in events.select(epoch_day(F.col(TIME))).distinct().collect()}
     missing = sorted(days - stored)
     if missing:
-        fresh = _hop_pass(layout, events.where(epoch_day(F.col(TIME)).isin(missing)), None,
-                          partitions)
+        fresh = _hop_pass(layout, events.where(epoch_day(F.col(TIME)).isin(missing)), None)
         store.write(fresh.select(*layout.keys, HOP, *layout.state_columns,
                                  epoch_day(F.col(HOP)).alias(EPOCH_DAY)))
     options.notes.append(f"{plan.part.group_by.name}: hop partials of {len(days) - len(missing)}"
@@ -391,7 +389,6 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
     keys = list(layout.keys)
     key_fields = [queries.schema[key] for key in keys]
     spark = queries.sparkSession
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
 
     pieces = queries.select(*keys, TIME, F.explode(_pieces(layout)).alias("p")).select(
         *keys, TIME, F.col("p.w").alias(WINDOW), F.col("p.o").alias(ORDER),
@@ -409,15 +406,15 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
     if options.partials_path is None:
         # Stage 1 feeds both stage 2 (partials) and stage 3 (scans): keep it, so that Spark
         # does not run the heaviest stage twice. Spark drops it under memory pressure.
-        stage1 = _hop_pass(layout, events, scans, partitions, largest).persist(
+        stage1 = _hop_pass(layout, events, scans, largest).persist(
             StorageLevel.MEMORY_AND_DISK)
         partials = stage1.where(F.col(SIDE) == PARTIAL).select(
             *keys, HOP, *layout.state_columns)
     else:
-        partials = _stored_partials(layout, plan, events, options, partitions)
+        partials = _stored_partials(layout, plan, events, options)
         requested = events.join(scans.select(*keys, HOP).distinct(), on=[*keys, HOP],
                                 how="left_semi")
-        stage1 = _hop_pass(layout, requested, scans, partitions, largest)
+        stage1 = _hop_pass(layout, requested, scans, largest)
 
     # Stage 2: tail pass over hop partials and tail requests, by key.
     tails = pieces.where(F.col(ORDER) == TAIL).select(
@@ -425,11 +422,10 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
         *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns]).distinct()
     stage2_schema = T.StructType([*key_fields, T.StructField(BOUND, T.LongType()),
                                   T.StructField(HIGH, T.LongType()), *_binary_fields(layout)])
-    stage2 = (partials.select(*keys, HOP, F.lit(None).cast("bigint").alias(HIGH),
-                              F.lit(0).alias(KIND), *layout.state_columns)
-              .unionByName(tails)
-              .repartition(partitions, *keys)
-              .sortWithinPartitions(*keys, KIND, HOP)
+    stage2 = (sorted_by_groups(
+        partials.select(*keys, HOP, F.lit(None).cast("bigint").alias(HIGH),
+                        F.lit(0).alias(KIND), *layout.state_columns).unionByName(tails),
+        keys, KIND, HOP)
               .mapInArrow(TailPass(layout, arrow_schema(stage2_schema, spark)), stage2_schema))
 
     # Stage 3: assembly.
@@ -443,9 +439,8 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
         *keys, TIME, WINDOW, ORDER,
         *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns])
     columns = [*keys, TIME, WINDOW, ORDER, *layout.state_columns]
-    assembled = (anchors.unionByName(with_scans.select(*columns))
-                 .unionByName(with_tails.select(*columns))
-                 .repartition(partitions, *keys, TIME)
-                 .sortWithinPartitions(*keys, TIME, WINDOW, ORDER))
+    assembled = sorted_by_groups(anchors.unionByName(with_scans.select(*columns))
+                                 .unionByName(with_tails.select(*columns)),
+                                 [*keys, TIME], WINDOW, ORDER)
     schema = output_schema(plan, queries)
     return assembled.mapInArrow(Assembly(layout, arrow_schema(schema, spark)), schema)

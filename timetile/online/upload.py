@@ -59,7 +59,7 @@ from timetile.online.layout import (
 )
 from timetile.online.store import open_store
 from timetile.spark.entities import DAY, load_entity
-from timetile.spark.sorted_groups import group_bounds, whole_groups
+from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME, coarse_schema, load_events
 
 log = logging.getLogger(__name__)
@@ -275,9 +275,7 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
         if horizon is not None:
             usable &= F.col(TIME) >= horizon
         records = rows.frame.where(usable).select(*group_by.keys, TIME, *columns)
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
-    totals: Any = (records.repartition(partitions, *group_by.keys)
-                   .sortWithinPartitions(*group_by.keys)
+    totals: Any = (sorted_by_groups(records, group_by.keys)
                    .mapInArrow(writer, "records long, bytes long")
                    .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
                    .first())

@@ -56,7 +56,7 @@ from timetile.online.layout import GroupByMeta
 from timetile.online.store import KVStore, open_store
 from timetile.online.tiles import StreamWriter, TileWriter, read_meta
 from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
-from timetile.spark.sorted_groups import whole_groups
+from timetile.spark.sorted_groups import sorted_by_groups, whole_groups
 from timetile.spark.sources import (
     TIME,
     check_time_zone,
@@ -212,10 +212,9 @@ class TileStream:
         watermark, before = begin(previous, name, query_id, batch_id, self.lateness_ms)
         writer = stream_writer(self.group_by, meta)
         keys = list(self.group_by.keys)
-        partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
         task = _PartitionWriter(self.store_uri, writer, str(batch_id), watermark)
         # one row of counts per task: summed here, which spares Spark an aggregation stage
-        tasks = (frame.repartition(partitions, *keys).sortWithinPartitions(*keys)
+        tasks = (sorted_by_groups(frame, keys)
                  .mapInArrow(task, _TASK_SCHEMA).collect())
         counts = StreamCounts(*(sum(int(row[c] or 0) for row in tasks) for c in _COUNTS))
         seen = [t for t in (previous.max_time if previous else None,

@@ -25,6 +25,7 @@ of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -64,6 +65,26 @@ def _two_sum(a: float, b: float) -> tuple[float, float]:
     return total, (a - (total - z)) + (b - z)
 
 
+class FloatPrefixSums(NamedTuple):
+    """Prefix sums of a column of doubles, from which :func:`window_sums` reads any run.
+
+    ``high + low`` is the double-double sum of the finite values before each index; ``nans``,
+    ``positive`` and ``negative`` count the NaN, +inf and -inf values before it. Each has
+    length n + 1.
+    """
+
+    high: Floats
+    low: Floats
+    nans: Int64s
+    positive: Int64s
+    negative: Int64s
+
+
+def float_prefix_sums(values: Floats) -> FloatPrefixSums:
+    """Return the prefix sums of ``values`` that :func:`window_sums` reads; O(n)."""
+    return FloatPrefixSums(*_prefix_double_double(values))
+
+
 @numba.njit(cache=True)
 def _prefix_double_double(values: Floats) -> tuple[Floats, Floats, Int64s, Int64s, Int64s]:
     n = len(values)
@@ -90,8 +111,12 @@ def _prefix_double_double(values: Floats) -> tuple[Floats, Floats, Int64s, Int64
 _SUM_TOLERANCE = 1e-12
 
 
-def window_sums(values: Floats, lows: Int64s, highs: Int64s) -> Floats:
+def window_sums(values: Floats, lows: Int64s, highs: Int64s,
+                prefix: FloatPrefixSums | None = None) -> Floats:
     """Spark's ``sum`` of each run ``values[lo:hi]`` of doubles (0.0 for empty runs).
+
+    ``prefix`` is ``float_prefix_sums(values)``, computed here when not given: a caller with
+    several sets of runs over one column (one per window) passes it to each. O(q) with it.
 
     >>> window_sums(np.array([1.0, np.inf, 2.0, np.nan]), np.array([0, 0, 2]), np.array([1, 3, 4]))
     array([ 1., inf, nan])
@@ -99,7 +124,7 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s) -> Floats:
     >>> window_sums(huge, np.array([2, 5]), np.array([3, 6]))
     array([1.e+00, 1.e-20])
     """
-    high, low, nans, positive, negative = _prefix_double_double(values)
+    high, low, nans, positive, negative = prefix or float_prefix_sums(values)
     with np.errstate(invalid="ignore", over="ignore"):
         finite = (high[highs] - high[lows]) + (low[highs] - low[lows])
         # The low words are plain float sums: their rounding, and the high words' (2⁻¹⁰⁴
