@@ -19,6 +19,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from timetile.offline.options import DEFAULT_MAX_KEY_EVENTS
+
 OPS = ("sum", "count", "max")
 WINDOWS = {"1d": 86_400_000, "7d": 7 * 86_400_000}
 #: ``k`` of the ``_k`` ops, when ``--ops`` asks for them.
@@ -144,8 +146,9 @@ def _timetile(executor: str, max_key_events: int | None,
         ])
         join = tt.Join("bench", left=tt.EventSource(inputs.queries, time_column="ts"),
                        parts=[group_by])
-        limit = {} if max_key_events is None else {"max_key_events": max_key_events}
-        frame = tt.backfill(join, inputs.spark, executor=executor, **limit)
+        frame = tt.backfill(join, inputs.spark, executor=executor,
+                            max_key_events=(DEFAULT_MAX_KEY_EVENTS if max_key_events is None
+                                            else max_key_events))
         return frame.select("key", "ts", *(F.col(f"ev_value_{op}_{w}").alias(f"{op}_{w}")
                                            for w in WINDOWS for op in ops))
     return build

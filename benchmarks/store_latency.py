@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from functools import partial
 
 from timetile.online.lmdb_store import LmdbStore
 from timetile.online.redis_store import RedisStore
@@ -115,17 +116,17 @@ def main() -> None:
         where = stack.enter_context(tempfile.TemporaryDirectory(prefix="timetile-bench-"))
         for name in args.only.split(","):
             if name == "lmdb":
-                lmdb_store = stack.enter_context(LmdbStore(os.path.join(where, "lmdb")))
-                rows.append(measure(
-                    "LMDB (sync)", lambda items, s=lmdb_store: s.multi_put("t", items),
-                    lambda keys, s=lmdb_store: s.multi_get("t", keys), args))
+                lmdb_store = LmdbStore(os.path.join(where, "lmdb"))
+                stack.enter_context(lmdb_store)
+                rows.append(measure("LMDB (sync)", partial(lmdb_store.multi_put, "t"),
+                                    partial(lmdb_store.multi_get, "t"), args))
             elif name == "redis":
                 url = args.redis_url or stack.enter_context(RedisServer()).url
-                redis_store = stack.enter_context(RedisStore(url))
+                redis_store = RedisStore(url)
+                stack.enter_context(redis_store)
                 redis_store.flush()
-                rows.append(measure(
-                    "Redis (TCP, localhost)", lambda items, s=redis_store: s.multi_put("t", items),
-                    lambda keys, s=redis_store: s.multi_get("t", keys), args))
+                rows.append(measure("Redis (TCP, localhost)", partial(redis_store.multi_put, "t"),
+                                    partial(redis_store.multi_get, "t"), args))
             elif name == "sqlite":
                 sqlite = SqliteKV(os.path.join(where, "kv.sqlite"))
                 stack.callback(sqlite.db.close)
