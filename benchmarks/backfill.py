@@ -22,7 +22,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.append(str(HERE.parent))  # timetile, when it is not installed
 
-from _contenders import OPS, SEGTREE, Contender, contenders, make_inputs, result_columns  # noqa: E402
+from _contenders import (  # noqa: E402
+    OPS,
+    SEGTREE,
+    Contender,
+    Inputs,
+    contenders,
+    make_inputs,
+    result_columns,
+)
 from _datasets import SPECS, Dataset, ensure  # noqa: E402
 from _report import goals, machine, table, write_section  # noqa: E402
 from _runner import Outcome, Runner, compare  # noqa: E402
@@ -158,6 +166,22 @@ def check(runner: Runner, chosen: list[Contender], dataset: Dataset,
     return lines + failed
 
 
+def warm_up(runner: Runner, contender: Contender, sample: Inputs, inputs: Inputs,
+            timeout: float) -> Outcome | None:
+    """Run a contender untimed right before its clock; return the outcome if it failed.
+
+    On the sample, since Spark stops Python workers idle for a minute (behind a slow peer);
+    timetile also on the whole data, since Spark coalesces the sample's few rows into one
+    partition, which wakes one Python worker, not one per core.
+    """
+    runner.rows(contender, sample, timeout)
+    if contender.family == "timetile":
+        outcome = runner.timed(contender, inputs, timeout)
+        if not outcome.ok:
+            return outcome
+    return None
+
+
 def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender],
                 dataset: Dataset, *, header: list[str], command: str) -> None:
     name = dataset.spec.name
@@ -178,12 +202,11 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
     failed = {line for line in checked if line.startswith("WARNING: check:")}
     for contender in chosen:
         if warm and not any(contender.title in line for line in failed):
-            # again, right before its clock: Spark stops Python workers idle for a minute
-            runner.rows(contender, sample, args.timeout)
-            if contender.family == "timetile":
-                # and once on the data: Spark coalesces the sample's few rows into one
-                # partition, which wakes one Python worker, not one per core
-                runner.timed(contender, inputs, args.timeout)
+            refused = warm_up(runner, contender, sample, inputs, args.timeout)
+            if refused is not None:  # a timeout or failure is not repeated
+                log(f"[{name}] {contender.title}: warm-up {refused.status}, not timed")
+                outcomes[contender.name] = refused
+                continue
         for attempt in range(args.repeat):
             count = f" ({attempt + 1}/{args.repeat})" if args.repeat > 1 else ""
             log(f"[{name}] {contender.title}{count} ...")

@@ -69,11 +69,12 @@ def test_huge_integers_sum_exactly(spark: Any) -> None:
                                    "user_id long, ts long, quantity long")
     queries = spark.createDataFrame([(1, 4), (1, 5)], "user_id long, ts long")
     group_by = tt.GroupBy("s", tt.EventSource(events), ["user_id"],
-                          [tt.Aggregation("quantity", op) for op in ("sum", "max", "min")])
+                          [tt.Aggregation("quantity", op) for op in ("sum", "avg", "max", "min")])
     join = tt.Join("big", tt.EventSource(queries), [group_by])
     rows = {row["ts"]: row for row in tt.backfill(join, spark, executor="sweep").collect()}
     assert rows[4]["s_quantity_sum"] == big
     assert rows[5]["s_quantity_sum"] == big + 5
+    assert rows[5]["s_quantity_avg"] == float(big + 5) / 4  # from the same Python-int sums
     assert rows[5]["s_quantity_max"] == big
     assert rows[5]["s_quantity_min"] == -big
 

@@ -1,16 +1,19 @@
-"""Whole groups out of sorted batches: any key type, nulls, NaN, groups over many batches."""
+"""Whole groups out of sorted batches: any key type, nulls, NaN, groups over many batches; and
+the shuffle that feeds them keeps each group in one partition when Spark coalesces."""
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from timetile.core.kernels.sweep import window_int_sums
-from timetile.spark.sorted_groups import group_starts, whole_groups
+from timetile.spark.sorted_groups import group_starts, sorted_by_groups, whole_groups
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -49,3 +52,53 @@ def test_one_huge_group_is_linear() -> None:
 def test_integer_prefix_sums_refuse_to_wrap() -> None:
     with pytest.raises(OverflowError):
         window_int_sums(np.array([-(2**63), -1]), np.array([0]), np.array([2]))
+
+
+def test_sorted_by_groups_keeps_each_group_whole_when_spark_coalesces(spark: Any) -> None:
+    # nested, so that Spark pickles it by value: the workers cannot import this module
+    def _tag_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Add each row's partition and its place in the partition's stream."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None
+        seen = 0
+        for batch in batches:
+            rows = batch.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.array([context.partitionId()] * rows, pa.int32()),
+                 pa.array(np.arange(seen, seen + rows), pa.int64())],
+                names=[*batch.schema.names, "part", "seq"])
+            seen += rows
+
+    rng = np.random.default_rng(11)
+    keys = rng.zipf(1.4, 3000) % 60  # skewed; 0 stands for a null key
+    times = rng.integers(0, 40, 3000)  # many equal times
+    rows = [(None if k == 0 else int(k), int(t), i)
+            for i, (k, t) in enumerate(zip(keys, times, strict=True))]
+    frame = spark.createDataFrame(rows, "k long, t long, row long")
+    conf = {"spark.sql.shuffle.partitions": "16",  # then merged into partitions of about 2 KB
+            "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
+            "spark.sql.adaptive.advisoryPartitionSizeInBytes": "2k",
+            "spark.sql.adaptive.coalescePartitions.minPartitionSize": "1"}
+    before = {name: spark.conf.get(name) for name in conf}
+    try:
+        for name, value in conf.items():
+            spark.conf.set(name, value)
+        out = (sorted_by_groups(frame, ["k"], "t")
+               .mapInArrow(_tag_partitions, "k long, t long, row long, part int, seq long")
+               .toArrow().to_pylist())
+    finally:
+        for name, value in before.items():
+            spark.conf.set(name, value)
+    assert sorted(row["row"] for row in out) == list(range(len(rows)))  # every row, once
+    parts = {row["part"] for row in out}
+    assert 1 < len(parts) < 16  # Spark did merge hash partitions, and not into one
+    homes: dict[int | None, set[int]] = {}
+    for row in out:
+        homes.setdefault(row["k"], set()).add(row["part"])
+    assert all(len(home) == 1 for home in homes.values())  # each group in one partition
+    for part in parts:
+        stream = sorted((row for row in out if row["part"] == part), key=lambda r: r["seq"])
+        order = [(row["k"] is not None, row["k"] or 0, row["t"]) for row in stream]
+        assert order == sorted(order)  # nulls first, then by key, then by time

@@ -33,9 +33,9 @@ from timetile.core.kernels.sweep import (
     FloatPrefixSums,
     MomentTree,
     float_prefix_sums,
+    int_prefix_sums,
     moment_tree,
     window_extremes,
-    window_int_sums,
     window_runs,
     window_sums,
     window_variances,
@@ -104,6 +104,7 @@ class _Column:
                        if value_type.numeric else None)
         self._in_event_order: pa.Array | None = None
         self._float_prefix: FloatPrefixSums | None = None
+        self._int_prefix: np.ndarray | None = None  # int64, or Python integers
         self._sums: dict[Window | None, np.ndarray] = {}
         self._moment_tree: MomentTree | None = None
         self._variances: dict[Window | None, tuple[np.ndarray, np.ndarray]] = {}
@@ -111,9 +112,9 @@ class _Column:
     def sums(self, window: Window | None, runs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """Return the sum of each query's run in ``window``, 0 for an empty run.
 
-        Once per window, for ``sum`` and ``avg`` both. Doubles read one set of prefix sums
-        per column (O(n), on first use), then O(q) per window; integers are exact, in int64
-        or, where int64 could overflow, in Python integers (an object array).
+        Once per window, for ``sum`` and ``avg`` both, from one set of prefix sums per
+        column (O(n), on first use), then O(q) per window. Integers are exact: in int64, or
+        where int64 could overflow in Python integers (an object array).
         """
         if window not in self._sums:
             values, (lows, highs) = self.values, runs
@@ -123,11 +124,13 @@ class _Column:
                     self._float_prefix = float_prefix_sums(values)
                 self._sums[window] = window_sums(values, lows, highs, self._float_prefix)
             else:
-                try:
-                    self._sums[window] = window_int_sums(values, lows, highs)
-                except OverflowError:  # exact Python integers instead
-                    prefix = np.concatenate([[0], np.cumsum(values.astype(object))])
-                    self._sums[window] = prefix[highs] - prefix[lows]
+                if self._int_prefix is None:
+                    try:
+                        self._int_prefix = int_prefix_sums(values)
+                    except OverflowError:  # exact Python integers instead
+                        self._int_prefix = np.concatenate(
+                            [[0], np.cumsum(values.astype(object))])
+                self._sums[window] = self._int_prefix[highs] - self._int_prefix[lows]
         return self._sums[window]
 
     def variances(self, window: Window | None, runs: tuple[np.ndarray, np.ndarray]
@@ -191,9 +194,7 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
         return pa.array(sums, mask=empty, type=pa.float64() if value_type is ValueType.FLOAT
                         else pa.int64())
     with np.errstate(invalid="ignore", divide="ignore"):
-        floats = (np.array([float(s) for s in sums]) if sums.dtype == object  # Python ints
-                  else sums.astype(np.float64))
-        means = floats / np.where(empty, 1, counts)
+        means = sums.astype(np.float64) / np.where(empty, 1, counts)
     return pa.array(means, mask=empty, type=pa.float64())
 
 

@@ -422,10 +422,10 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
         *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns]).distinct()
     stage2_schema = T.StructType([*key_fields, T.StructField(BOUND, T.LongType()),
                                   T.StructField(HIGH, T.LongType()), *_binary_fields(layout)])
-    stage2 = (sorted_by_groups(
-        partials.select(*keys, HOP, F.lit(None).cast("bigint").alias(HIGH),
-                        F.lit(0).alias(KIND), *layout.state_columns).unionByName(tails),
-        keys, KIND, HOP)
+    partials_and_tails = partials.select(
+        *keys, HOP, F.lit(None).cast("bigint").alias(HIGH), F.lit(0).alias(KIND),
+        *layout.state_columns).unionByName(tails)
+    stage2 = (sorted_by_groups(partials_and_tails, keys, KIND, HOP)
               .mapInArrow(TailPass(layout, arrow_schema(stage2_schema, spark)), stage2_schema))
 
     # Stage 3: assembly.

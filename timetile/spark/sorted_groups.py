@@ -26,12 +26,17 @@ def sorted_by_groups(frame: DataFrame, groups: Sequence[str], *then: str) -> Dat
 
     This is the input :func:`whole_groups` expects from ``mapInArrow``: every group in one
     partition, its rows contiguous. Spark chooses how many partitions: it starts from
-    ``spark.sql.shuffle.partitions``, and adaptive query execution (on by default) coalesces
-    neighbouring partitions that turn out small, as it does for any shuffle, which keeps every
-    group whole. A fixed count would forbid that: on the skewed backfill benchmark (1.1M rows,
-    2 cores) 8 fixed partitions cost 0.3 s more than the 2 or 3 Spark coalesced them to,
-    each task paying a Python hand-off of its own.
+    ``spark.sql.shuffle.partitions``, and adaptive query execution (on by default in batch
+    jobs, off in streaming ones) merges neighbouring partitions that turn out small, which
+    keeps every group whole; it never merges those of a repartition to a given number. Each
+    task pays a Python worker's hand-off, so small jobs gain (see ``benchmarks/RESULTS.md``).
+
+    Raises:
+        ValueError: if ``groups`` is empty.
+
     """
+    if not groups:
+        raise ValueError("sorted_by_groups needs at least one group column")
     return frame.repartition(*groups).sortWithinPartitions(*groups, *then)
 
 

@@ -116,7 +116,8 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s,
     """Spark's ``sum`` of each run ``values[lo:hi]`` of doubles (0.0 for empty runs).
 
     ``prefix`` is ``float_prefix_sums(values)``, computed here when not given: a caller with
-    several sets of runs over one column (one per window) passes it to each. O(q) with it.
+    several sets of runs over one column (one per window) passes it to each. O(q) with it,
+    plus the length of each run summed again exactly (see the module docstring).
 
     >>> window_sums(np.array([1.0, np.inf, 2.0, np.nan]), np.array([0, 0, 2]), np.array([1, 3, 4]))
     array([ 1., inf, nan])
@@ -124,7 +125,10 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s,
     >>> window_sums(huge, np.array([2, 5]), np.array([3, 6]))
     array([1.e+00, 1.e-20])
     """
-    high, low, nans, positive, negative = prefix or float_prefix_sums(values)
+    if prefix is None:
+        prefix = float_prefix_sums(values)
+    assert len(prefix.high) == len(values) + 1, "prefix sums of other values"
+    high, low, nans, positive, negative = prefix
     with np.errstate(invalid="ignore", over="ignore"):
         finite = (high[highs] - high[lows]) + (low[highs] - low[lows])
         # The low words are plain float sums: their rounding, and the high words' (2⁻¹⁰⁴
@@ -144,16 +148,28 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s,
     return np.where(has_nan | (has_pos & has_neg), math.nan, out)
 
 
-def window_int_sums(values: Int64s, lows: Int64s, highs: Int64s) -> Int64s:
-    """Exact ``sum`` of each run of 64-bit integers.
+def int_prefix_sums(values: Int64s) -> Int64s:
+    """Return the exact prefix sums of 64-bit integers (length n + 1), in int64; O(n).
 
     Raises:
-        OverflowError: when a prefix could leave the int64 range (callers fall back).
+        OverflowError: when a prefix could leave the int64 range (callers fall back to
+            Python integers).
 
     """
     if len(values) and max(-int(values.min()), int(values.max())) * len(values) >= 2**62:
         raise OverflowError("integer prefix sums could overflow int64")
     prefix: Int64s = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+    return prefix
+
+
+def window_int_sums(values: Int64s, lows: Int64s, highs: Int64s) -> Int64s:
+    """Exact ``sum`` of each run of 64-bit integers; see :func:`int_prefix_sums`.
+
+    Raises:
+        OverflowError: when a prefix could leave the int64 range (callers fall back).
+
+    """
+    prefix = int_prefix_sums(values)
     sums: Int64s = prefix[highs] - prefix[lows]
     return sums
 

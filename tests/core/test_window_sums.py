@@ -1,0 +1,79 @@
+"""The sweep's ``sum`` kernels equal the core ``Sum`` on every run, with or without shared prefixes.
+
+No Spark: hypothesis draws doubles (NaN, ±inf, ``-0.0``, huge and tiny magnitudes) and
+several sets of runs ``[lo, hi)`` over them, as the sweep has one set per window. Prefix sums
+computed once and passed to each set give the same sums as computing them per call, and both
+equal what :class:`~timetile.core.aggregators.counting.Sum` folds from the run (0.0 for an
+empty run, where the sweep's caller then writes null). Integers too, with the int64 overflow
+check.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from timetile.core.aggregators.counting import Sum
+from timetile.core.kernels.sweep import (
+    float_prefix_sums,
+    int_prefix_sums,
+    window_int_sums,
+    window_sums,
+)
+from timetile.core.types import ValueType
+from timetile.testing import same_value
+
+SPECIAL = st.sampled_from([0.0, -0.0, math.nan, math.inf, -math.inf, 1e300, -1e300, 1e-300])
+VALUES = st.lists(st.floats(-1e6, 1e6) | SPECIAL, max_size=50)
+
+
+def core_sum(values: np.ndarray, value_type: ValueType) -> object:
+    aggregator = Sum(value_type)
+    return aggregator.finalize(aggregator.fold(values, np.zeros(len(values), dtype=np.int64)))
+
+
+def runs_of(data: st.DataObject, size: int) -> tuple[np.ndarray, np.ndarray]:
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, size), st.integers(0, size)),
+                               min_size=1, max_size=8))
+    lows = np.array([min(pair) for pair in pairs], dtype=np.int64)
+    highs = np.array([max(pair) for pair in pairs], dtype=np.int64)
+    return lows, highs
+
+
+@given(VALUES, st.data())
+def test_shared_float_prefix_sums_equal_the_core_sum(values: list[float],
+                                                      data: st.DataObject) -> None:
+    array = np.array(values, dtype=np.float64)
+    prefix = float_prefix_sums(array)
+    for _ in range(3):  # one set of runs per window, all reading the one prefix
+        lows, highs = runs_of(data, len(array))
+        shared = window_sums(array, lows, highs, prefix)
+        alone = window_sums(array, lows, highs)
+        for low, high, ours, again in zip(lows, highs, shared, alone, strict=True):
+            assert same_value(float(ours), float(again), rel_tol=0.0)
+            run = array[low:high]
+            expected = core_sum(run, ValueType.FLOAT) if len(run) else 0.0
+            assert same_value(float(ours), expected), (run, ours, expected)
+
+
+def test_prefix_sums_of_other_values_are_refused() -> None:
+    prefix = float_prefix_sums(np.array([1.0, 2.0]))
+    with pytest.raises(AssertionError, match="other values"):
+        window_sums(np.array([1.0, 2.0, 3.0]), np.array([0]), np.array([3]), prefix)
+
+
+@given(st.lists(st.integers(-(2**40), 2**40), max_size=50), st.data())
+def test_integer_prefix_sums_equal_the_core_sum(values: list[int],
+                                                 data: st.DataObject) -> None:
+    array = np.array(values, dtype=np.int64)
+    prefix = int_prefix_sums(array)
+    lows, highs = runs_of(data, len(array))
+    sums = window_int_sums(array, lows, highs)
+    assert (sums == prefix[highs] - prefix[lows]).all()
+    for low, high, ours in zip(lows, highs, sums, strict=True):
+        run = array[low:high]
+        assert int(ours) == (core_sum(run, ValueType.INT) if len(run) else 0)
