@@ -59,7 +59,8 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
     half = len(values) // 2  # two chunks, as a table of whole groups arrives
     column = pa.chunked_array([values[:half], values[half:]], type=ARROW_TYPES[value_type])
     swept = _Column(column, np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64),
-                    4, value_type)
+                    4, value_type, query_times=np.zeros(0, dtype=np.int64),
+                    query_offsets=np.zeros(5, dtype=np.int64))  # runs come from this test
     lows, highs, expected = [], [], {op: [] for op in OPS}
     for group, one, other in queries:
         start, end = min(one, other), max(one, other)  # a window: start <= end

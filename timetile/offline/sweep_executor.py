@@ -88,28 +88,43 @@ def _offsets(group_of_row: np.ndarray, groups: int) -> np.ndarray:
 
 
 class _Column:
-    """One value column of a table of whole keys: its non-null values, times and offsets.
+    """One value column of a table of whole keys, and what each window makes of it.
 
-    The events are in time order within each group, as the table is.
+    Its non-null values, times and offsets; per window, computed once, each query's run,
+    sums and variances. The events are in time order within each group, as the table is;
+    so are the queries, whose times and per-group offsets every column of the table shares.
     """
 
     def __init__(self, column: pa.ChunkedArray, times: np.ndarray, group_of_row: np.ndarray,
-                 groups: int, value_type: ValueType) -> None:
+                 groups: int, value_type: ValueType, *, query_times: np.ndarray,
+                 query_offsets: np.ndarray) -> None:
         valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
         self.times = times[valid]
         self.groups = group_of_row[valid]
         self.offsets = _offsets(self.groups, groups)
+        self.query_times = query_times
+        self.query_offsets = query_offsets
         self.kept = pc.filter(column, pa.array(valid)).combine_chunks()
         self.values = (self.kept.to_numpy(zero_copy_only=False).astype(value_type.numpy_dtype)
                        if value_type.numeric else None)
         self._in_event_order: pa.Array | None = None
+        self._runs: dict[Window | None, tuple[np.ndarray, np.ndarray]] = {}
         self._float_prefix: FloatPrefixSums | None = None
         self._int_prefix: np.ndarray | None = None  # int64, or Python integers
         self._sums: dict[Window | None, np.ndarray] = {}
         self._moment_tree: MomentTree | None = None
         self._variances: dict[Window | None, tuple[np.ndarray, np.ndarray]] = {}
 
-    def sums(self, window: Window | None, runs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    def runs(self, window: Window | None) -> tuple[np.ndarray, np.ndarray]:
+        """Return each query's run ``[lo, hi)`` of values in ``window``; O(q log n)."""
+        if window not in self._runs:
+            low_times, high_times = query_bounds(window, self.query_times)
+            self._runs[window] = window_runs(self.times, self.offsets, self.query_offsets,
+                                             low_times.astype(np.int64),
+                                             high_times.astype(np.int64))
+        return self._runs[window]
+
+    def sums(self, window: Window | None) -> np.ndarray:
         """Return the sum of each query's run in ``window``, 0 for an empty run.
 
         Once per window, for ``sum`` and ``avg`` both, from one set of prefix sums per
@@ -117,7 +132,7 @@ class _Column:
         where int64 could overflow in Python integers (an object array).
         """
         if window not in self._sums:
-            values, (lows, highs) = self.values, runs
+            values, (lows, highs) = self.values, self.runs(window)
             assert values is not None  # a numeric column
             if values.dtype.kind == "f":
                 if self._float_prefix is None:
@@ -133,8 +148,7 @@ class _Column:
                 self._sums[window] = self._int_prefix[highs] - self._int_prefix[lows]
         return self._sums[window]
 
-    def variances(self, window: Window | None, runs: tuple[np.ndarray, np.ndarray]
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def variances(self, window: Window | None) -> tuple[np.ndarray, np.ndarray]:
         """Return the variance of each query's run in ``window``, and whether it is null.
 
         Once per window, for ``variance`` and ``stddev`` both, from one tree of moments
@@ -144,7 +158,7 @@ class _Column:
             assert self.values is not None  # a numeric column
             self._moment_tree = moment_tree(self.values.astype(np.float64, copy=False))
         if window not in self._variances:
-            self._variances[window] = window_variances(self._moment_tree, *runs)
+            self._variances[window] = window_variances(self._moment_tree, *self.runs(window))
         return self._variances[window]
 
     def in_event_order(self) -> pa.Array:
@@ -168,11 +182,10 @@ class _Column:
         return self._in_event_order
 
 
-def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarray],
-            query_offsets: np.ndarray) -> pa.Array:
-    """One feature's results, as Arrow, from its column's runs."""
+def _result(feature: Feature, column: _Column) -> pa.Array:
+    """One feature's results, as Arrow, from its column's runs in its window."""
     op, value_type = feature.aggregation.op, feature.input_type
-    lows, highs = runs
+    lows, highs = column.runs(feature.window)
     counts = highs - lows
     empty = counts == 0
     if op == "count":
@@ -180,16 +193,16 @@ def _result(feature: Feature, column: _Column, runs: tuple[np.ndarray, np.ndarra
     if op in _EVENT_ORDER_OPS:
         return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
     if op in ("variance", "stddev"):
-        variances, null = column.variances(feature.window, runs)
+        variances, null = column.variances(feature.window)
         return pa.array(np.sqrt(variances) if op == "stddev" else variances, mask=null,
                         type=pa.float64())
     values = column.values
     assert values is not None
     if op in ("min", "max"):
-        extremes, empty = window_extremes(values, column.offsets, query_offsets, lows, highs,
-                                          op == "max")
+        extremes, empty = window_extremes(values, column.offsets, column.query_offsets, lows,
+                                          highs, op == "max")
         return pa.array(extremes, mask=empty)
-    sums = column.sums(feature.window, runs)
+    sums = column.sums(feature.window)
     if op == "sum":
         return pa.array(sums, mask=empty, type=pa.float64() if value_type is ValueType.FLOAT
                         else pa.int64())
@@ -258,20 +271,14 @@ class SweepPass:
         event_times = events.column(TIME).to_numpy().astype(np.int64)
         event_groups = group_of_row[~is_query]
         columns: dict[str, _Column] = {}
-        runs: dict[tuple[str, object], tuple[np.ndarray, np.ndarray]] = {}
         arrays: list[Any] = [queries.column(name) for name in self.carried]
         for feature in self.features:
             name = feature.aggregation.column
             if name not in columns:
                 columns[name] = _Column(events.column(value_column(name)), event_times,
-                                        event_groups, len(starts), feature.input_type)
-            column = columns[name]
-            if (name, feature.window) not in runs:
-                low_times, high_times = query_bounds(feature.window, query_times)
-                runs[(name, feature.window)] = window_runs(
-                    column.times, column.offsets, query_offsets,
-                    low_times.astype(np.int64), high_times.astype(np.int64))
-            arrays.append(_result(feature, column, runs[(name, feature.window)], query_offsets))
+                                        event_groups, len(starts), feature.input_type,
+                                        query_times=query_times, query_offsets=query_offsets)
+            arrays.append(_result(feature, columns[name]))
         return pa.Table.from_arrays([array if array.type == field.type else array.cast(field.type)
                                      for array, field in zip(arrays, self.schema, strict=True)],
                                     schema=self.schema)
