@@ -27,7 +27,8 @@ def test_the_sweep_equals_the_oracle(spark: Any) -> None:
     events = to_spark(spark, table)
     queries = to_spark(spark, random_queries(table, 150, seed=32, window_lengths=("1h", "1d")))
     aggregations = [tt.Aggregation(column, op, windows=windows)
-                    for op in ("count", "sum", "avg", "min", "max", "variance", "stddev")
+                    for op in ("count", "sum", "avg", "min", "max", "variance", "stddev", "skew",
+                               "kurtosis")
                     for column in ("amount", "quantity")
                     for windows in (WINDOWS, None)]
     aggregations.append(tt.Aggregation("item", "count", windows=["1d"]))

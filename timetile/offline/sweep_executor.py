@@ -8,8 +8,8 @@ path for these ops, which are the common case. Its limit is skew: one task holds
 events of its keys, where the tiled executor holds at most one hop of one key. ``auto``
 picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a type it accepts
 (``count``, ``first``, ``last``, ``first_k`` and ``last_k`` of any column; ``sum``, ``avg``,
-``min``, ``max``, ``variance`` and ``stddev`` of a number); ``executor="tiled"`` forces the
-skew-bounded path.
+``min``, ``max``, ``variance``, ``stddev``, ``skew`` and ``kurtosis`` of a number);
+``executor="tiled"`` forces the skew-bounded path.
 
 Columns of the queries beyond keys and time ride through unchanged, so a backfill can send
 its left rows, duplicates included, straight through the sweep: no distinct, no join back.
@@ -29,16 +29,21 @@ from pyspark.sql import types as T
 
 from timetile.api.windows import Window
 from timetile.core.aggregators.ordering import normalized
+from timetile.core.kernels.moment_tree import (
+    MOMENT_OPS,
+    MomentTree,
+    RunMoments,
+    moment_results,
+    moment_tree,
+    window_moments,
+)
 from timetile.core.kernels.sweep import (
     FloatPrefixSums,
-    MomentTree,
     float_prefix_sums,
     int_prefix_sums,
-    moment_tree,
     window_extremes,
     window_runs,
     window_sums,
-    window_variances,
 )
 from timetile.core.types import ValueType
 from timetile.offline.hot_keys import CHUNK, with_chunks
@@ -63,6 +68,8 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
     "last_k": frozenset(ValueType),
     "variance": frozenset({ValueType.INT, ValueType.FLOAT}),
     "stddev": frozenset({ValueType.INT, ValueType.FLOAT}),
+    "skew": frozenset({ValueType.INT, ValueType.FLOAT}),
+    "kurtosis": frozenset({ValueType.INT, ValueType.FLOAT}),
 }
 #: The ops that read values by event order: equal times are ordered by value.
 _EVENT_ORDER_OPS = frozenset({"first", "last", "first_k", "last_k"})
@@ -91,7 +98,7 @@ class _Column:
     """One value column of a table of whole keys, and what each window makes of it.
 
     Its non-null values, times and offsets; per window, computed once, each query's run,
-    sums and variances. The events are in time order within each group, as the table is;
+    sums and moments. The events are in time order within each group, as the table is;
     so are the queries, whose times and per-group offsets every column of the table shares.
     """
 
@@ -113,7 +120,7 @@ class _Column:
         self._int_prefix: np.ndarray | None = None  # int64, or Python integers
         self._sums: dict[Window | None, np.ndarray] = {}
         self._moment_tree: MomentTree | None = None
-        self._variances: dict[Window | None, tuple[np.ndarray, np.ndarray]] = {}
+        self._moments: dict[Window | None, RunMoments] = {}
 
     def runs(self, window: Window | None) -> tuple[np.ndarray, np.ndarray]:
         """Return each query's run ``[lo, hi)`` of values in ``window``; O(q log n)."""
@@ -148,18 +155,18 @@ class _Column:
                 self._sums[window] = self._int_prefix[highs] - self._int_prefix[lows]
         return self._sums[window]
 
-    def variances(self, window: Window | None) -> tuple[np.ndarray, np.ndarray]:
-        """Return the variance of each query's run in ``window``, and whether it is null.
+    def moments(self, window: Window | None) -> RunMoments:
+        """Return the central moments of each query's run in ``window``.
 
-        Once per window, for ``variance`` and ``stddev`` both, from one tree of moments
-        per column (built on first use, O(n)); O(q log n) per window.
+        Once per window, for ``variance``, ``stddev``, ``skew`` and ``kurtosis`` alike, from
+        one tree of moments per column (built on first use, O(n)); O(q log n) per window.
         """
         if self._moment_tree is None:
             assert self.values is not None  # a numeric column
             self._moment_tree = moment_tree(self.values.astype(np.float64, copy=False))
-        if window not in self._variances:
-            self._variances[window] = window_variances(self._moment_tree, *self.runs(window))
-        return self._variances[window]
+        if window not in self._moments:
+            self._moments[window] = window_moments(self._moment_tree, *self.runs(window))
+        return self._moments[window]
 
     def in_event_order(self) -> pa.Array:
         """Return the values in the order ``first`` and ``last`` read them, as Arrow.
@@ -192,10 +199,9 @@ def _result(feature: Feature, column: _Column) -> pa.Array:
         return pa.array(counts, type=pa.int64())
     if op in _EVENT_ORDER_OPS:
         return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
-    if op in ("variance", "stddev"):
-        variances, null = column.variances(feature.window)
-        return pa.array(np.sqrt(variances) if op == "stddev" else variances, mask=null,
-                        type=pa.float64())
+    if op in MOMENT_OPS:
+        results, null = moment_results(op, column.moments(feature.window))
+        return pa.array(results, mask=null, type=pa.float64())
     values = column.values
     assert values is not None
     if op in ("min", "max"):

@@ -1,0 +1,245 @@
+"""Central moments of any run of a column: a segment tree for ``variance`` through ``kurtosis``.
+
+The sweep (:mod:`timetile.core.kernels.sweep`) finds each query's window as a run ``[lo, hi)``
+of its key's sorted values; this module answers ``variance``, ``stddev``, ``skew`` and
+``kurtosis`` of any run. A segment tree holds, per node, the count, mean and central moment
+sums ``m2``, ``m3``, ``m4`` of the finite values below it, merged with the pairwise formulas
+:mod:`timetile.core.aggregators.moments` merges with (Chan, Golub & LeVeque for ``m2``,
+Pébay's for ``m3`` and ``m4``). Each mean is a double-double: rounded to one double, the
+mean of values near 1e9 is off by about 1e-7, and every merge's ``delta`` would carry that
+error into the moments at first order. Prefix sums of powers would be O(1) per run, but
+they cancel catastrophically far from zero. Prefix counts of NaN and ±inf give Spark's NaN
+rule.
+
+Building is O(n), each run O(log n); the results follow the rules of
+:mod:`timetile.core.aggregators.moments` (:func:`moment_results`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from timetile.core.kernels.sweep import two_sum
+
+Int64s = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+
+#: The ops :func:`moment_results` finalizes.
+MOMENT_OPS = frozenset({"variance", "stddev", "skew", "kurtosis"})
+
+#: A partial: the count of some finite values, their mean as a double-double (high and low
+#: words), and ``m2``, ``m3``, ``m4``, the sums of the powers of their deviations from it.
+Moments = tuple[int, float, float, float, float, float]
+_NO_MOMENTS: Moments = (0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+class MomentTree(NamedTuple):
+    """What :func:`moment_tree` builds, and :func:`window_moments` reads.
+
+    Per node in heap order (the root at 1, leaf ``i`` at ``size + i``), its count, mean (high
+    and low words) and moment sums; then the prefix counts of the values that are not finite
+    (length n + 1).
+    """
+
+    counts: Int64s
+    means: Floats
+    means_low: Floats
+    m2s: Floats
+    m3s: Floats
+    m4s: Floats
+    nonfinite: Int64s
+
+
+class RunMoments(NamedTuple):
+    """The moments of each run, as :func:`window_moments` returns them.
+
+    ``sizes`` counts every value of a run and ``nonfinite`` its NaN and ±inf. The moment
+    sums are those of its finite values, and 0.0 for a run of fewer than two values or with
+    a NaN or ±inf (whose results the counts decide).
+    """
+
+    sizes: Int64s
+    nonfinite: Int64s
+    m2: Floats
+    m3: Floats
+    m4: Floats
+
+
+@numba.njit(cache=True)
+def _pebay_merge(a: Moments, b: Moments) -> Moments:
+    """Merge two partials with Pébay's pairwise update (``m2`` by Chan et al.'s).
+
+    The formulas of ``timetile.core.aggregators.moments._combine``, with the same fallback
+    for a mean whose difference overflowed; the mean is kept as a double-double, so that
+    ``delta`` is exact to about 1e-16 of itself.
+    """
+    count_a, high_a, low_a, m2_a, m3_a, m4_a = a
+    count_b, high_b, low_b, m2_b, m3_b, m4_b = b
+    if count_b == 0:
+        return a
+    if count_a == 0:
+        return b
+    na, nb = float(count_a), float(count_b)
+    n = na + nb
+    difference, error = two_sum(high_b, -high_a)
+    delta = difference + (error + (low_b - low_a))
+    delta_n = delta / n
+    high, low = two_sum(high_a, delta_n * nb)
+    high, low = two_sum(high, low + low_a)
+    if not math.isfinite(high):  # delta overflowed (means near both ends of the double range)
+        high, low = high_a * (na / n) + high_b * (nb / n), 0.0
+    m2 = m2_a + m2_b + delta * delta_n * na * nb
+    m3 = (m3_a + m3_b + delta * delta_n * delta_n * na * nb * (na - nb)
+          + 3.0 * delta_n * (na * m2_b - nb * m2_a))
+    m4 = (m4_a + m4_b
+          + delta * delta_n * delta_n * delta_n * na * nb * (na * na - na * nb + nb * nb)
+          + 6.0 * delta_n * delta_n * (na * na * m2_b + nb * nb * m2_a)
+          + 4.0 * delta_n * (na * m3_b - nb * m3_a))
+    return count_a + count_b, high, low, m2, m3, m4
+
+
+@numba.njit(cache=True)
+def _node(tree: tuple[Int64s, Floats, Floats, Floats, Floats, Floats], node: int) -> Moments:
+    counts, means, means_low, m2s, m3s, m4s = tree
+    return counts[node], means[node], means_low[node], m2s[node], m3s[node], m4s[node]
+
+
+@numba.njit(cache=True)
+def _build(values: Floats) -> tuple[Int64s, Floats, Floats, Floats, Floats, Floats, Int64s]:
+    size = 1
+    while size < len(values):
+        size *= 2
+    counts = np.zeros(2 * size, dtype=np.int64)
+    means = np.zeros(2 * size)
+    means_low = np.zeros(2 * size)
+    m2s, m3s, m4s = np.zeros(2 * size), np.zeros(2 * size), np.zeros(2 * size)
+    nonfinite = np.zeros(len(values) + 1, dtype=np.int64)
+    for i in range(len(values)):
+        value = values[i]
+        finite = math.isfinite(value)
+        nonfinite[i + 1] = nonfinite[i] + (0 if finite else 1)
+        if finite:
+            counts[size + i] = 1
+            means[size + i] = value + 0.0  # -0.0 as 0.0
+    nodes = (counts, means, means_low, m2s, m3s, m4s)
+    for node in range(size - 1, 0, -1):
+        (counts[node], means[node], means_low[node], m2s[node], m3s[node],
+         m4s[node]) = _pebay_merge(_node(nodes, 2 * node), _node(nodes, 2 * node + 1))
+    return counts, means, means_low, m2s, m3s, m4s, nonfinite
+
+
+def moment_tree(values: Floats) -> MomentTree:
+    """Build the tree :func:`window_moments` reads; NaN and ±inf leaves are empty.
+
+    O(n) time; six arrays of 2·size (size < 2n) and one of n + 1: at most 96n + 8 bytes.
+    """
+    return MomentTree(*_build(values))
+
+
+@numba.njit(cache=True)
+def _window_moments(tree: tuple[Int64s, Floats, Floats, Floats, Floats, Floats],
+                    nonfinite: Int64s, lows: Int64s,
+                    highs: Int64s) -> tuple[Floats, Floats, Floats]:
+    size = len(tree[0]) // 2
+    m2 = np.zeros(len(lows))
+    m3 = np.zeros(len(lows))
+    m4 = np.zeros(len(lows))
+    for query in range(len(lows)):
+        low, high = lows[query], highs[query]
+        if high - low < 2 or nonfinite[high] > nonfinite[low]:
+            continue  # the counts decide every result
+        before, after = _NO_MOMENTS, _NO_MOMENTS  # the nodes left and right of the middle
+        left, right = low + size, high + size
+        while left < right:
+            if left & 1:
+                before = _pebay_merge(before, _node(tree, left))
+                left += 1
+            if right & 1:
+                right -= 1
+                after = _pebay_merge(_node(tree, right), after)
+            left //= 2
+            right //= 2
+        merged = _pebay_merge(before, after)
+        m2[query], m3[query], m4[query] = merged[3], merged[4], merged[5]
+    return m2, m3, m4
+
+
+def window_moments(tree: MomentTree, lows: Int64s, highs: Int64s) -> RunMoments:
+    """Return the moments of each run ``[lo, hi)`` of a :func:`moment_tree`'s values.
+
+    Merged in order from the O(log n) nodes that cover the run (a constant run gives
+    exactly 0.0); O(q log n).
+    """
+    nodes = (tree.counts, tree.means, tree.means_low, tree.m2s, tree.m3s, tree.m4s)
+    m2, m3, m4 = _window_moments(nodes, tree.nonfinite, lows, highs)
+    return RunMoments(highs - lows, tree.nonfinite[highs] - tree.nonfinite[lows], m2, m3, m4)
+
+
+def moment_results(op: str, runs: RunMoments) -> tuple[Floats, Bools]:
+    """Return ``op`` of each run, and whether it is null, by the rules of the core moments.
+
+    ``variance`` (Spark's ``var_samp``) and ``stddev``: null below two values, NaN with any
+    NaN or ±inf, inf when the squares of finite values overflowed, else ``m2 / (n - 1)``.
+    ``skew`` and ``kurtosis``: null without values, NaN with any NaN or ±inf, null for
+    constant data (``m2`` exactly 0), else ``sqrt(n) * m3 / m2**1.5`` and
+    ``n * m4 / m2**2 - 3`` with IEEE division. O(q), vectorized.
+    """
+    finite = (runs.sizes - runs.nonfinite).astype(np.float64)
+    with np.errstate(all="ignore"):
+        if op in ("variance", "stddev"):
+            null = runs.sizes < 2
+            results = np.where(np.isnan(runs.m2), np.inf, runs.m2 / np.maximum(finite - 1, 1))
+            if op == "stddev":
+                results = np.sqrt(results)
+        elif op == "skew":
+            null = (runs.sizes == 0) | ((runs.nonfinite == 0) & (runs.m2 == 0.0))
+            results = np.sqrt(finite) * runs.m3 / np.sqrt(runs.m2 * runs.m2 * runs.m2)
+        elif op == "kurtosis":
+            null = (runs.sizes == 0) | ((runs.nonfinite == 0) & (runs.m2 == 0.0))
+            results = finite * runs.m4 / (runs.m2 * runs.m2) - 3.0
+        else:
+            raise ValueError(f"{op!r} is not a moment op: use one of {sorted(MOMENT_OPS)}")
+    return np.where(runs.nonfinite > 0, np.nan, results), null
+
+
+def check_moment_tree(tree: MomentTree, values: Floats) -> None:
+    """Assert the invariants of a :func:`moment_tree` of ``values`` (the tree's ``_check``).
+
+    Leaves hold the finite values with zero moments, each node counts its children's
+    values, its mean lies between theirs and its m2 is at least the sum of theirs; empty
+    nodes hold nothing; the prefix counts of NaN and ±inf match ``values``. O(n).
+    """
+    counts, means, means_low, m2s, m3s, m4s, nonfinite = tree
+    size = len(counts) // 2
+    assert size >= len(values), "a leaf per value"
+    assert size & (size - 1) == 0, "size: a power of two"
+    finite = np.isfinite(values)
+    assert np.array_equal(nonfinite, np.concatenate([[0], np.cumsum(~finite)])), "prefixes"
+    leaves = slice(size, 2 * size)
+    assert np.array_equal(counts[size:size + len(values)], finite.astype(np.int64)), "leaves"
+    assert np.array_equal(means[size:size + len(values)][finite], values[finite] + 0.0), (
+        "leaf means")
+    assert not counts[size + len(values):].any(), "padding leaves are empty"
+    for sums in (m2s, m3s, m4s):
+        assert not sums[leaves].any(), "a leaf's moment sums are 0"
+    nodes = np.arange(1, size)
+    first, second = 2 * nodes, 2 * nodes + 1
+    assert np.array_equal(counts[nodes], counts[first] + counts[second]), "node counts"
+    full = (counts[first] > 0) & (counts[second] > 0)
+    lower = np.nextafter(np.minimum(means[first], means[second])[full], -np.inf)
+    upper = np.nextafter(np.maximum(means[first], means[second])[full], np.inf)
+    mean = means[nodes][full]  # within a unit in the last place: the low words may round it
+    assert np.all((lower <= mean) & (mean <= upper)), "a mean between its children's"
+    with np.errstate(invalid="ignore", over="ignore"):
+        children = m2s[first] + m2s[second]
+        ok = (m2s[nodes] >= children) | np.isnan(m2s[nodes]) | np.isnan(children)
+    assert np.all(ok[full]), "m2 at least its children's"
+    empty = counts == 0
+    for held in (means_low, m2s, m3s, m4s):
+        assert not held[empty].any(), "empty nodes hold nothing"
