@@ -32,6 +32,10 @@ def test_the_sweep_equals_the_oracle(spark: Any) -> None:
                     for column in ("amount", "quantity")
                     for windows in (WINDOWS, None)]
     aggregations.append(tt.Aggregation("item", "count", windows=["1d"]))
+    # Distinct values of every column type: NaN is one value, -0.0 is 0.0.
+    aggregations += [tt.Aggregation(column, "unique_count", windows=windows)
+                     for column in ("amount", "quantity", "item", "flag")
+                     for windows in (WINDOWS, None)]
     # By event order, equal times by value: every column type, ties with NaN, -0.0 and 0.0
     # among them (random_events promises them at the start of day 2).
     aggregations += [tt.Aggregation(column, op, windows=windows)

@@ -8,8 +8,8 @@ path for these ops, which are the common case. Its limit is skew: one task holds
 events of its keys, where the tiled executor holds at most one hop of one key. ``auto``
 picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a type it accepts
 (``count``, ``first``, ``last``, ``first_k`` and ``last_k`` of any column; ``sum``, ``avg``,
-``min``, ``max``, ``variance``, ``stddev``, ``skew`` and ``kurtosis`` of a number);
-``executor="tiled"`` forces the skew-bounded path.
+``min``, ``max``, ``variance``, ``stddev``, ``skew`` and ``kurtosis`` of a number;
+``unique_count`` of any column); ``executor="tiled"`` forces the skew-bounded path.
 
 Columns of the queries beyond keys and time ride through unchanged, so a backfill can send
 its left rows, duplicates included, straight through the sweep: no distinct, no join back.
@@ -41,6 +41,7 @@ from timetile.core.kernels.sweep import (
     FloatPrefixSums,
     float_prefix_sums,
     int_prefix_sums,
+    window_distinct_counts,
     window_extremes,
     window_runs,
     window_sums,
@@ -70,6 +71,7 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
     "stddev": frozenset({ValueType.INT, ValueType.FLOAT}),
     "skew": frozenset({ValueType.INT, ValueType.FLOAT}),
     "kurtosis": frozenset({ValueType.INT, ValueType.FLOAT}),
+    "unique_count": frozenset(ValueType),
 }
 #: The ops that read values by event order: equal times are ordered by value.
 _EVENT_ORDER_OPS = frozenset({"first", "last", "first_k", "last_k"})
@@ -121,6 +123,7 @@ class _Column:
         self._sums: dict[Window | None, np.ndarray] = {}
         self._moment_tree: MomentTree | None = None
         self._moments: dict[Window | None, RunMoments] = {}
+        self._distinct_ids: tuple[np.ndarray, int] | None = None
 
     def runs(self, window: Window | None) -> tuple[np.ndarray, np.ndarray]:
         """Return each query's run ``[lo, hi)`` of values in ``window``; O(q log n)."""
@@ -168,6 +171,23 @@ class _Column:
             self._moments[window] = window_moments(self._moment_tree, *self.runs(window))
         return self._moments[window]
 
+    def distinct_ids(self) -> tuple[np.ndarray, int]:
+        """Return an id per value, equal for equal values, and how many ids there are.
+
+        Equal as ``unique_count`` counts values (:mod:`timetile.core.aggregators.distinct`):
+        every NaN is one value and ``-0.0`` is ``0.0``; strings are equal by their bytes.
+        O(n log n) for floats (a sort), O(n) hashed in Arrow for the other types.
+        """
+        if self._distinct_ids is None:
+            if self.values is not None and self.values.dtype.kind == "f":
+                uniques, ids = np.unique(self.values + 0.0, return_inverse=True)  # NaN as one
+                self._distinct_ids = ids.reshape(-1).astype(np.int64), len(uniques)
+            else:
+                encoded = pc.dictionary_encode(self.kept)
+                self._distinct_ids = (encoded.indices.to_numpy(zero_copy_only=False)
+                                      .astype(np.int64), len(encoded.dictionary))
+        return self._distinct_ids
+
     def in_event_order(self) -> pa.Array:
         """Return the values in the order ``first`` and ``last`` read them, as Arrow.
 
@@ -195,7 +215,10 @@ def _result(feature: Feature, column: _Column) -> pa.Array:
     lows, highs = column.runs(feature.window)
     counts = highs - lows
     empty = counts == 0
-    if op == "count":
+    if op in ("count", "unique_count"):
+        if op == "unique_count":
+            counts = window_distinct_counts(*column.distinct_ids(), column.offsets,
+                                            column.query_offsets, lows, highs)
         return pa.array(counts, type=pa.int64())
     if op in _EVENT_ORDER_OPS:
         return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
