@@ -98,12 +98,14 @@ def test_each_run_equals_the_core_moments(values: list[float],
                 exact = exact_shape(op, run)
                 assert math.isclose(ours, exact, rel_tol=1e-9, abs_tol=1e-9), (
                     op, run, ours, exact)
+            else:  # finite where the core is, though the overflow may differ in its bits
+                assert math.isfinite(ours), (op, run, ours, expected)
 
 
 def test_far_from_zero_every_moment_is_exact_to_the_last_bits() -> None:
-    """Values around ±1e15 spread by 10, and around 0: 1,500 random runs; the variance
-    within 1e-14 of the exact rational one, relative, and skew and kurtosis within 1e-12;
-    the tree checks itself after every build."""
+    """Values 0, 1e9, -1e12 and 1e15 plus an exponential spread of mean 3 (skewed): 1,440
+    random runs; the variance within 1e-14 of the exact rational one, relative, and skew and
+    kurtosis within 1e-12 of theirs, absolute; the tree checks itself after every build."""
     rng = np.random.default_rng(7)
     worst = dict.fromkeys(("variance", "skew", "kurtosis"), 0.0)
     for center in (0.0, 1e9, -1e12, 1e15):

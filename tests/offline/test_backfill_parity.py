@@ -100,8 +100,8 @@ def within_hll_bound(estimate: int, truth: int) -> bool:
 @pytest.mark.parametrize("executor", ["tiled", "interval_tree", "reference", "auto"])
 def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, executor: str) -> None:
     """``auto`` splits the part: the sweep computes at least half its features (count, sum,
-    avg, min, max, variance, stddev, skew, kurtosis, first, last, first_k, last_k), the
-    interval tree the rest; the columns keep the definition's order."""
+    avg, min, max, variance, stddev, skew, kurtosis, unique_count, first, last, first_k,
+    last_k), the interval tree the rest; the columns keep the definition's order."""
     job = tt.BackfillJob(join, spark, executor=executor)
     frame = job.dataframe()
     assert frame.columns[-len(join.output_columns()):] == join.output_columns()

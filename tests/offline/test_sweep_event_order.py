@@ -4,7 +4,8 @@ No Spark: hypothesis draws a table of whole groups as the sweep sees it (grouped
 in time order), with times from a tiny range so that ties are common, and values of every
 type with nulls, NaN, ±inf, ``-0.0``, ``''`` and non-ASCII strings. Every query asks for a run
 of its group's events, found here by brute force; the sweep's answer must equal, value for
-value (the sign of zero included), what the core aggregator folds from the same events.
+value (the sign of zero included), what the core aggregator folds from the same events. The
+ids by which the sweep counts distinct values are checked on the same tables.
 """
 
 from __future__ import annotations
@@ -80,3 +81,25 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
         got = _ends_of_runs(op, k, swept.in_event_order(), np.array(lows, dtype=np.int64),
                               np.array(highs, dtype=np.int64))
         assert [exact(value) for value in got.to_pylist()] == expected[op], op
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables())
+def test_distinct_ids_are_equal_exactly_where_unique_count_merges_values(
+        table: tuple[ValueType, list[int], list[int], list[Any]]) -> None:
+    """Two values share an id exactly when the core ``unique_count`` counts them as one."""
+    value_type, groups, times, values = table
+    swept = _Column(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
+                    np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
+                    value_type, query_times=np.zeros(0, dtype=np.int64),
+                    query_offsets=np.zeros(5, dtype=np.int64))
+    ids, distinct = swept.distinct_ids()
+    kept = [value for value in values if value is not None]
+    assert len(ids) == len(kept)
+    assert set(ids.tolist()) == set(range(distinct))
+    aggregator = make_aggregator("unique_count", value_type)
+    for i, one in enumerate(kept):
+        for j, other in enumerate(kept[:i]):
+            pair = np.array([one, other], dtype=value_type.numpy_dtype)
+            merged = aggregator.finalize(aggregator.fold(pair, np.zeros(2, dtype=np.int64))) == 1
+            assert (ids[i] == ids[j]) == merged, (one, other)

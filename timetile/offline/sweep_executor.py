@@ -175,12 +175,13 @@ class _Column:
         """Return an id per value, equal for equal values, and how many ids there are.
 
         Equal as ``unique_count`` counts values (:mod:`timetile.core.aggregators.distinct`):
-        every NaN is one value and ``-0.0`` is ``0.0``; strings are equal by their bytes.
-        O(n log n) for floats (a sort), O(n) hashed in Arrow for the other types.
+        every NaN is one value (``np.unique`` sorts them together) and ``-0.0`` is ``0.0``;
+        strings are equal by their bytes. O(n log n) for floats (a sort), O(n) hashed in
+        Arrow for the other types.
         """
         if self._distinct_ids is None:
             if self.values is not None and self.values.dtype.kind == "f":
-                uniques, ids = np.unique(self.values + 0.0, return_inverse=True)  # NaN as one
+                uniques, ids = np.unique(normalized(self.values), return_inverse=True)
                 self._distinct_ids = ids.reshape(-1).astype(np.int64), len(uniques)
             else:
                 encoded = pc.dictionary_encode(self.kept)
@@ -216,10 +217,9 @@ def _result(feature: Feature, column: _Column) -> pa.Array:
     counts = highs - lows
     empty = counts == 0
     if op in ("count", "unique_count"):
-        if op == "unique_count":
-            counts = window_distinct_counts(*column.distinct_ids(), column.offsets,
-                                            column.query_offsets, lows, highs)
-        return pa.array(counts, type=pa.int64())
+        counted = counts if op == "count" else window_distinct_counts(
+            *column.distinct_ids(), column.offsets, column.query_offsets, lows, highs)
+        return pa.array(counted, type=pa.int64())
     if op in _EVENT_ORDER_OPS:
         return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
     if op in MOMENT_OPS:

@@ -1,1 +1,1 @@
-"""Vectorized kernels for ops whose state is a few numbers: numpy and numba, no engine."""
+"""Vectorized kernels of the sorted sweep: numpy and numba over sorted runs, no engine."""

@@ -22,13 +22,8 @@ from typing import NamedTuple
 
 import numba
 import numpy as np
-import numpy.typing as npt
 
-from timetile.core.kernels.sweep import two_sum
-
-Int64s = npt.NDArray[np.int64]
-Floats = npt.NDArray[np.float64]
-Bools = npt.NDArray[np.bool_]
+from timetile.core.kernels.sweep import Bools, Floats, Int64s, two_sum
 
 #: The ops :func:`moment_results` finalizes.
 MOMENT_OPS = frozenset({"variance", "stddev", "skew", "kurtosis"})
@@ -42,9 +37,10 @@ _NO_MOMENTS: Moments = (0, 0.0, 0.0, 0.0, 0.0, 0.0)
 class MomentTree(NamedTuple):
     """What :func:`moment_tree` builds, and :func:`window_moments` reads.
 
-    Per node in heap order (the root at 1, leaf ``i`` at ``size + i``), its count, mean (high
-    and low words) and moment sums; then the prefix counts of the values that are not finite
-    (length n + 1).
+    Per node in heap order (leaf ``i`` at ``n + i``, node ``i`` the merge of ``2i`` and
+    ``2i + 1``), its count, mean (high and low words) and moment sums; then the prefix counts
+    of the values that are not finite (length n + 1). With n not a power of two, some nodes
+    merge values that are not neighbours; no run reads those.
     """
 
     counts: Int64s
@@ -112,9 +108,7 @@ def _node(tree: tuple[Int64s, Floats, Floats, Floats, Floats, Floats], node: int
 
 @numba.njit(cache=True)
 def _build(values: Floats) -> tuple[Int64s, Floats, Floats, Floats, Floats, Floats, Int64s]:
-    size = 1
-    while size < len(values):
-        size *= 2
+    size = max(len(values), 1)  # a leaf per value: any n works, read bottom-up
     counts = np.zeros(2 * size, dtype=np.int64)
     means = np.zeros(2 * size)
     means_low = np.zeros(2 * size)
@@ -137,7 +131,7 @@ def _build(values: Floats) -> tuple[Int64s, Floats, Floats, Floats, Floats, Floa
 def moment_tree(values: Floats) -> MomentTree:
     """Build the tree :func:`window_moments` reads; NaN and ±inf leaves are empty.
 
-    O(n) time; six arrays of 2·size (size < 2n) and one of n + 1: at most 96n + 8 bytes.
+    O(n) time; six arrays of 2n and one of n + 1: 104n + 8 bytes.
     """
     return MomentTree(*_build(values))
 
@@ -173,8 +167,13 @@ def _window_moments(tree: tuple[Int64s, Floats, Floats, Floats, Floats, Floats],
 def window_moments(tree: MomentTree, lows: Int64s, highs: Int64s) -> RunMoments:
     """Return the moments of each run ``[lo, hi)`` of a :func:`moment_tree`'s values.
 
-    Merged in order from the O(log n) nodes that cover the run (a constant run gives
-    exactly 0.0); O(q log n).
+    Merged in order from the O(log n) nodes that cover the run, bottom-up, with the nodes
+    left and right of the middle kept apart (a constant run gives exactly 0.0); O(q log n).
+
+    >>> tree = moment_tree(np.array([1.0, 2.0, 4.0, np.nan]))
+    >>> runs = window_moments(tree, np.array([0, 1, 2]), np.array([3, 3, 4]))
+    >>> runs.m2.tolist(), runs.nonfinite.tolist()
+    ([4.666666666666667, 2.0, 0.0], [0, 0, 1])
     """
     nodes = (tree.counts, tree.means, tree.means_low, tree.m2s, tree.m3s, tree.m4s)
     m2, m3, m4 = _window_moments(nodes, tree.nonfinite, lows, highs)
@@ -212,13 +211,13 @@ def check_moment_tree(tree: MomentTree, values: Floats) -> None:
     """Assert the invariants of a :func:`moment_tree` of ``values`` (the tree's ``_check``).
 
     Leaves hold the finite values with zero moments, each node counts its children's
-    values, its mean lies between theirs and its m2 is at least the sum of theirs; empty
-    nodes hold nothing; the prefix counts of NaN and ±inf match ``values``. O(n).
+    values, its mean lies between theirs, its low word is below half a unit in the last
+    place of its high word, and its m2 is at least the sum of theirs; empty nodes hold
+    nothing; the prefix counts of NaN and ±inf match ``values``. O(n).
     """
     counts, means, means_low, m2s, m3s, m4s, nonfinite = tree
     size = len(counts) // 2
-    assert size >= len(values), "a leaf per value"
-    assert size & (size - 1) == 0, "size: a power of two"
+    assert size == max(len(values), 1), "a leaf per value"
     finite = np.isfinite(values)
     assert np.array_equal(nonfinite, np.concatenate([[0], np.cumsum(~finite)])), "prefixes"
     leaves = slice(size, 2 * size)
@@ -236,6 +235,7 @@ def check_moment_tree(tree: MomentTree, values: Floats) -> None:
     upper = np.nextafter(np.maximum(means[first], means[second])[full], np.inf)
     mean = means[nodes][full]  # within a unit in the last place: the low words may round it
     assert np.all((lower <= mean) & (mean <= upper)), "a mean between its children's"
+    assert np.array_equal(means + means_low, means), "a low word below half an ulp"
     with np.errstate(invalid="ignore", over="ignore"):
         children = m2s[first] + m2s[second]
         ok = (m2s[nodes] >= children) | np.isnan(m2s[nodes]) | np.isnan(children)
