@@ -202,10 +202,10 @@ def backfill(
     show: Annotated[int, typer.Option(help="Print the first N output rows.", min=0)] = 0,
     executor: Annotated[str, typer.Option(
         help="auto (per part: sweep when it computes every aggregation, as it does count, "
-             "sum, avg, min, max, variance, stddev, skew, kurtosis, unique_count, first, last, "
-             "first_k and last_k; else interval_tree for small query sets, else tiled; a part "
-             "mostly of sweep ops splits between the two), sweep, tiled, interval_tree or "
-             "reference. See docs/engine.md.")
+             "sum, avg, min, max, variance, stddev, skew, kurtosis, unique_count, histogram, "
+             "top_k, bottom_k, first, last, first_k and last_k; else interval_tree for small "
+             "query sets, else tiled; a part mostly of sweep ops splits between the two), "
+             "sweep, tiled, interval_tree or reference. See docs/engine.md.")
     ] = DEFAULT_EXECUTOR,
     partials: Annotated[str | None, typer.Option(
         help="Store hop partials here and reuse them in later runs (incremental backfills).")

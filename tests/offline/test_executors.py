@@ -45,8 +45,9 @@ def join_of(events: Any, queries: Any, *, sweepable: bool = False) -> tt.Join:
                     for op in ("count", "sum", "max", "first", "last")]
     aggregations.append(tt.Aggregation("amount", "last_k", k=3, windows=WINDOWS))
     aggregations.append(tt.Aggregation("amount", "sum"))
-    if not sweepable:
-        aggregations.append(tt.Aggregation("amount", "top_k", k=2, windows=WINDOWS))
+    aggregations.append(tt.Aggregation("amount", "top_k", k=2, windows=WINDOWS))
+    if not sweepable:  # a sketch: merges exactly, so every path gives the same result
+        aggregations.append(tt.Aggregation("amount", "approx_unique_count", windows=WINDOWS))
     group_by = tt.GroupBy("edge", tt.EventSource(events), ["user_id"], aggregations)
     return tt.Join("edges", tt.EventSource(queries), [group_by])
 
@@ -77,7 +78,7 @@ def test_the_two_fast_paths_are_identical_and_the_report_names_them(spark: Any) 
     assert rows(broadcast_job.dataframe()) == tiled
     assert tiled_job.report.path == "edge: tiled"
     assert broadcast_job.report.path == "edge: interval_tree"
-    # auto sweeps the 7 features the sweep computes and broadcasts top_k (10 queries)
+    # auto sweeps the 8 features the sweep computes and broadcasts the sketch (10 queries)
     auto_job = tt.BackfillJob(join, spark)
     auto = auto_job.dataframe()
     assert auto_job.report.path == "edge: sweep+interval_tree"

@@ -32,9 +32,14 @@ def test_the_sweep_equals_the_oracle(spark: Any) -> None:
                     for column in ("amount", "quantity")
                     for windows in (WINDOWS, None)]
     aggregations.append(tt.Aggregation("item", "count", windows=["1d"]))
-    # Distinct values of every column type: NaN is one value, -0.0 is 0.0.
-    aggregations += [tt.Aggregation(column, "unique_count", windows=windows)
+    # By value rank, every column type: NaN is one value and the largest, -0.0 is 0.0.
+    aggregations += [tt.Aggregation(column, op, windows=windows)
+                     for op in ("unique_count", "histogram")
                      for column in ("amount", "quantity", "item", "flag")
+                     for windows in (WINDOWS, None)]
+    aggregations += [tt.Aggregation(column, op, windows=windows, k=k)
+                     for op in ("top_k", "bottom_k")
+                     for column, k in (("amount", 3), ("item", 2), ("flag", 4), ("quantity", 1))
                      for windows in (WINDOWS, None)]
     # By event order, equal times by value: every column type, ties with NaN, -0.0 and 0.0
     # among them (random_events promises them at the start of day 2).
@@ -61,9 +66,10 @@ def test_the_sweep_names_what_it_cannot_compute(spark: Any) -> None:
     events = spark.createDataFrame([(1, 1, 2.0)], "user_id long, ts long, amount double")
     queries = spark.createDataFrame([(1, 2)], "user_id long, ts long")
     group_by = tt.GroupBy("s", tt.EventSource(events), ["user_id"], [
-        tt.Aggregation("amount", "last"), tt.Aggregation("amount", "top_k", k=2)])
+        tt.Aggregation("amount", "last"),
+        tt.Aggregation("amount", "approx_percentile", percentiles=[0.5])])
     join = tt.Join("no_sweep", tt.EventSource(queries), [group_by])
-    with pytest.raises(ValueError, match="cannot compute top_k of float"):
+    with pytest.raises(ValueError, match="cannot compute approx_percentile of float"):
         tt.backfill(join, spark, executor="sweep")
     assert tt.BackfillJob(join, spark).report.path == "s: sweep+interval_tree"  # half: split
 

@@ -1,11 +1,12 @@
-"""The sweep's ``first``, ``last``, ``first_k`` and ``last_k`` equal the core aggregators.
+"""The sweep's ops by event order and by value rank equal the core aggregators.
 
 No Spark: hypothesis draws a table of whole groups as the sweep sees it (grouped, each group
 in time order), with times from a tiny range so that ties are common, and values of every
 type with nulls, NaN, ±inf, ``-0.0``, ``''`` and non-ASCII strings. Every query asks for a run
 of its group's events, found here by brute force; the sweep's answer must equal, value for
 value (the sign of zero included), what the core aggregator folds from the same events. The
-ids by which the sweep counts distinct values are checked on the same tables.
+ops by value rank (``unique_count``, ``histogram``, ``top_k``, ``bottom_k``) are checked the
+same way, and so are the ranks themselves.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timetile.core.aggregators import make_aggregator
+from timetile.core.aggregators.ordering import canonical, order_key
 from timetile.core.types import ValueType
-from timetile.offline.sweep_executor import _Column, _ends_of_runs
+from timetile.offline.sweep_executor import _Column, _ends_of_runs, _ranked_result
 
 OPS = ("first", "last", "first_k", "last_k")
+RANKED_OPS = ("unique_count", "histogram", "top_k", "bottom_k")
 ARROW_TYPES = {ValueType.INT: pa.int64(), ValueType.FLOAT: pa.float64(),
                ValueType.STRING: pa.string(), ValueType.BOOL: pa.bool_()}
 VALUES: dict[ValueType, st.SearchStrategy[Any]] = {
@@ -83,23 +86,63 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
         assert [exact(value) for value in got.to_pylist()] == expected[op], op
 
 
+@settings(max_examples=300, deadline=None)
+@given(tables(), st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 7), st.integers(-1, 7)),
+                          min_size=1, max_size=12), st.integers(1, 5))
+def test_the_multisets_of_each_run_equal_the_core_aggregators(
+        table: tuple[ValueType, list[int], list[int], list[Any]],
+        queries: list[tuple[int, int, int]], k: int) -> None:
+    """``unique_count``, ``histogram``, ``top_k`` and ``bottom_k`` by value ranks."""
+    value_type, groups, times, values = table
+    queries.sort(key=lambda query: query[0])  # a key's queries together, bounds in any order
+    query_offsets = np.searchsorted([group for group, _, _ in queries], np.arange(5))
+    swept = _Column(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
+                    np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
+                    value_type, query_times=np.zeros(len(queries), dtype=np.int64),
+                    query_offsets=query_offsets.astype(np.int64))
+    lows, highs, expected = [], [], {op: [] for op in RANKED_OPS}
+    for group, one, other in queries:
+        start, end = min(one, other), max(one, other)
+        first, last = swept.offsets[group], swept.offsets[group + 1]
+        in_group = swept.times[first:last]
+        lows.append(first + int(np.sum(in_group < start)))
+        highs.append(first + int(np.sum(in_group < end)))
+        seen = [v for g, t, v in zip(groups, times, values, strict=True)
+                if g == group and v is not None and start <= t < end]
+        for op in RANKED_OPS:
+            aggregator = make_aggregator(op, value_type, k=k if op.endswith("_k") else None)
+            state = aggregator.fold(np.array(seen, dtype=value_type.numpy_dtype),
+                                    np.zeros(len(seen), dtype=np.int64))
+            expected[op].append(exact(aggregator.finalize(state)))
+    for op in RANKED_OPS:
+        got = _ranked_result(op, k, swept, np.array(lows, dtype=np.int64),
+                             np.array(highs, dtype=np.int64)).to_pylist()
+        if op == "histogram":  # Arrow gives a map as a list of pairs
+            got = [None if pairs is None else dict(pairs) for pairs in got]
+        assert [exact(value) for value in got] == expected[op], op
+
+
 @settings(max_examples=150, deadline=None)
 @given(tables())
-def test_distinct_ids_are_equal_exactly_where_unique_count_merges_values(
+def test_value_ranks_follow_the_value_order_of_the_core(
         table: tuple[ValueType, list[int], list[int], list[Any]]) -> None:
-    """Two values share an id exactly when the core ``unique_count`` counts them as one."""
+    """Two values share a rank exactly when the core ``unique_count`` counts them as one, and
+    ranks ascend with the core's value order (NaN last, strings by code point)."""
     value_type, groups, times, values = table
     swept = _Column(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
                     np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
                     value_type, query_times=np.zeros(0, dtype=np.int64),
                     query_offsets=np.zeros(5, dtype=np.int64))
-    ids, distinct = swept.distinct_ids()
+    ranks, by_rank = swept.value_ranks()
     kept = [value for value in values if value is not None]
-    assert len(ids) == len(kept)
-    assert set(ids.tolist()) == set(range(distinct))
+    assert len(ranks) == len(kept)
+    assert set(ranks.tolist()) == set(range(len(by_rank)))
     aggregator = make_aggregator("unique_count", value_type)
     for i, one in enumerate(kept):
+        assert exact(by_rank[ranks[i]].as_py()) == exact(canonical(one))
         for j, other in enumerate(kept[:i]):
             pair = np.array([one, other], dtype=value_type.numpy_dtype)
             merged = aggregator.finalize(aggregator.fold(pair, np.zeros(2, dtype=np.int64))) == 1
-            assert (ids[i] == ids[j]) == merged, (one, other)
+            assert (ranks[i] == ranks[j]) == merged, (one, other)
+            if not merged:
+                assert (ranks[i] < ranks[j]) == (order_key(one) < order_key(other)), (one, other)

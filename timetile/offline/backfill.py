@@ -56,10 +56,11 @@ Executor = Callable[[PartPlan, DataFrame, ExecutorOptions], DataFrame]
 
 #: The executors by name; ``backfill(executor=...)`` picks one, or ``"auto"`` (the default)
 #: picks per part: ``sweep`` when every aggregation is one it computes (``SWEEP_OPS``: count,
-#: first, last, first_k, last_k or unique_count of any column; sum, avg, min, max, variance,
-#: stddev, skew or kurtosis of a number); otherwise ``interval_tree`` when the part's
-#: distinct queries fit in memory (:data:`BROADCAST_QUERY_LIMIT`) and ``tiled`` when they do
-#: not. ``reference`` is the brute-force executor the others are checked against.
+#: first, last, first_k, last_k, unique_count, histogram, top_k or bottom_k of any column;
+#: sum, avg, min, max, variance, stddev, skew or kurtosis of a number); otherwise
+#: ``interval_tree`` when the part's distinct queries fit in memory
+#: (:data:`BROADCAST_QUERY_LIMIT`) and ``tiled`` when they do not. ``reference`` is the
+#: brute-force executor the others are checked against.
 EXECUTORS: Mapping[str, Executor] = {
     "tiled": tiled_features,
     "sweep": sweep_features,

@@ -23,7 +23,8 @@ EXECUTOR_NAMES = ("tiled", "sweep", "interval_tree", "reference")
 #: hold about 7M events, 1.7 GB at the peak measured, against 3.4 GB whole. A key of 1M
 #: events and 30M left rows peaks at 0.99 GB in chunks of 84 hours, against 2.41 GB in
 #: chunks of two reaches. Those peaks are of sum, count and max; a column with a moment op
-#: (``variance`` to ``kurtosis``) adds its tree, 104 bytes per event, and one with
-#: ``unique_count`` an 8-byte id per event and a sort's scratch. See
+#: (``variance`` to ``kurtosis``) adds its tree, 104 bytes per event, and one with an op by
+#: value rank (``unique_count``, ``histogram``, ``top_k``, ``bottom_k``) an 8-byte rank per
+#: event, a sort's scratch and 16 bytes per distinct value. See
 #: :mod:`timetile.offline.hot_keys`.
 DEFAULT_MAX_KEY_EVENTS = 2_000_000

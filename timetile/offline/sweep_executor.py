@@ -9,7 +9,8 @@ events of its keys, where the tiled executor holds at most one hop of one key. `
 picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a type it accepts
 (``count``, ``first``, ``last``, ``first_k`` and ``last_k`` of any column; ``sum``, ``avg``,
 ``min``, ``max``, ``variance``, ``stddev``, ``skew`` and ``kurtosis`` of a number;
-``unique_count`` of any column); ``executor="tiled"`` forces the skew-bounded path.
+``unique_count``, ``histogram``, ``top_k`` and ``bottom_k`` of any column);
+``executor="tiled"`` forces the skew-bounded path.
 
 Columns of the queries beyond keys and time ride through unchanged, so a backfill can send
 its left rows, duplicates included, straight through the sweep: no distinct, no join back.
@@ -37,11 +38,15 @@ from timetile.core.kernels.moment_tree import (
     moment_tree,
     window_moments,
 )
+from timetile.core.kernels.multisets import (
+    window_distinct_counts,
+    window_histograms,
+    window_ranked,
+)
 from timetile.core.kernels.sweep import (
     FloatPrefixSums,
     float_prefix_sums,
     int_prefix_sums,
-    window_distinct_counts,
     window_extremes,
     window_runs,
     window_sums,
@@ -72,9 +77,14 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
     "skew": frozenset({ValueType.INT, ValueType.FLOAT}),
     "kurtosis": frozenset({ValueType.INT, ValueType.FLOAT}),
     "unique_count": frozenset(ValueType),
+    "histogram": frozenset(ValueType),
+    "top_k": frozenset(ValueType),
+    "bottom_k": frozenset(ValueType),
 }
 #: The ops that read values by event order: equal times are ordered by value.
 _EVENT_ORDER_OPS = frozenset({"first", "last", "first_k", "last_k"})
+#: The ops that read each run as a multiset of value ranks (:meth:`_Column.value_ranks`).
+_RANKED_OPS = frozenset({"unique_count", "histogram", "top_k", "bottom_k"})
 
 
 def sweeps(feature: Feature) -> bool:
@@ -123,7 +133,7 @@ class _Column:
         self._sums: dict[Window | None, np.ndarray] = {}
         self._moment_tree: MomentTree | None = None
         self._moments: dict[Window | None, RunMoments] = {}
-        self._distinct_ids: tuple[np.ndarray, int] | None = None
+        self._value_ranks: tuple[np.ndarray, pa.Array] | None = None
 
     def runs(self, window: Window | None) -> tuple[np.ndarray, np.ndarray]:
         """Return each query's run ``[lo, hi)`` of values in ``window``; O(q log n)."""
@@ -171,23 +181,29 @@ class _Column:
             self._moments[window] = window_moments(self._moment_tree, *self.runs(window))
         return self._moments[window]
 
-    def distinct_ids(self) -> tuple[np.ndarray, int]:
-        """Return an id per value, equal for equal values, and how many ids there are.
+    def value_ranks(self) -> tuple[np.ndarray, pa.Array]:
+        """Return each value's rank among the distinct values, and those values by rank.
 
-        Equal as ``unique_count`` counts values (:mod:`timetile.core.aggregators.distinct`):
-        every NaN is one value (``np.unique`` sorts them together) and ``-0.0`` is ``0.0``;
-        strings are equal by their bytes. O(n log n) for floats (a sort), O(n) hashed in
-        Arrow for the other types.
+        Ranks follow the value order of :mod:`timetile.core.aggregators.ordering`, and equal
+        values share one, as ``unique_count`` counts them: every NaN is one value, ranked
+        last, and ``-0.0`` is ``0.0`` (the values come back normalized); strings go by code
+        point (Arrow compares their UTF-8 bytes, which orders code points alike), ``False``
+        before ``True``. O(n log n): a sort of numbers, or a hash of the others and a sort
+        of the distinct ones.
         """
-        if self._distinct_ids is None:
-            if self.values is not None and self.values.dtype.kind == "f":
-                uniques, ids = np.unique(normalized(self.values), return_inverse=True)
-                self._distinct_ids = ids.reshape(-1).astype(np.int64), len(uniques)
+        if self._value_ranks is None:
+            if self.values is not None:  # a number
+                uniques, ranks = np.unique(normalized(self.values), return_inverse=True)
+                self._value_ranks = ranks.reshape(-1).astype(np.int64), pa.array(uniques)
             else:
                 encoded = pc.dictionary_encode(self.kept)
-                self._distinct_ids = (encoded.indices.to_numpy(zero_copy_only=False)
-                                      .astype(np.int64), len(encoded.dictionary))
-        return self._distinct_ids
+                order = pc.array_sort_indices(encoded.dictionary).to_numpy()
+                rank_of_entry = np.empty(len(order), dtype=np.int64)
+                rank_of_entry[order] = np.arange(len(order))
+                indices = encoded.indices.to_numpy(zero_copy_only=False)
+                self._value_ranks = (rank_of_entry[indices],
+                                     encoded.dictionary.take(pa.array(order)))
+        return self._value_ranks
 
     def in_event_order(self) -> pa.Array:
         """Return the values in the order ``first`` and ``last`` read them, as Arrow.
@@ -216,28 +232,53 @@ def _result(feature: Feature, column: _Column) -> pa.Array:
     lows, highs = column.runs(feature.window)
     counts = highs - lows
     empty = counts == 0
-    if op in ("count", "unique_count"):
-        counted = counts if op == "count" else window_distinct_counts(
-            *column.distinct_ids(), column.offsets, column.query_offsets, lows, highs)
-        return pa.array(counted, type=pa.int64())
+    if op == "count":
+        return pa.array(counts, type=pa.int64())
+    if op in _RANKED_OPS:
+        return _ranked_result(op, feature.aggregation.k, column, lows, highs)
     if op in _EVENT_ORDER_OPS:
         return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
     if op in MOMENT_OPS:
         results, null = moment_results(op, column.moments(feature.window))
         return pa.array(results, mask=null, type=pa.float64())
-    values = column.values
-    assert values is not None
     if op in ("min", "max"):
-        extremes, empty = window_extremes(values, column.offsets, column.query_offsets, lows,
-                                          highs, op == "max")
+        assert column.values is not None
+        extremes, empty = window_extremes(column.values, column.offsets, column.query_offsets,
+                                          lows, highs, op == "max")
         return pa.array(extremes, mask=empty)
     sums = column.sums(feature.window)
-    if op == "sum":
-        return pa.array(sums, mask=empty, type=pa.float64() if value_type is ValueType.FLOAT
-                        else pa.int64())
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = sums.astype(np.float64) / np.where(empty, 1, counts)
-    return pa.array(means, mask=empty, type=pa.float64())
+    if op == "avg":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sums = sums.astype(np.float64) / np.where(empty, 1, counts)
+    floats = op == "avg" or value_type is ValueType.FLOAT
+    return pa.array(sums, mask=empty, type=pa.float64() if floats else pa.int64())
+
+
+def _ranked_result(op: str, k: int | None, column: _Column, lows: np.ndarray,
+                   highs: np.ndarray) -> pa.Array:
+    """``op`` of each query's run ``[low, high)`` of ``column``'s values.
+
+    ``op`` is ``unique_count``, ``histogram``, ``top_k`` or ``bottom_k`` (with ``k``); an
+    empty run gives null, or 0 for ``unique_count``. See
+    :mod:`timetile.core.kernels.multisets` for the costs.
+    """
+    ranks, by_rank = column.value_ranks()
+    runs = (ranks, len(by_rank), column.offsets, column.query_offsets, lows, highs)
+    if op == "unique_count":
+        return pa.array(window_distinct_counts(*runs), type=pa.int64())
+    empty = pa.array(highs == lows)
+    if op == "histogram":
+        entries, held, multiplicities = window_histograms(*runs)
+        return pa.MapArray.from_arrays(pa.array(entries, type=pa.int32()), by_rank.take(held),
+                                       pa.array(multiplicities), mask=empty)
+    assert k is not None
+    entries, chosen = window_ranked(*runs, k, op == "top_k")
+    return _lists(entries, by_rank.take(chosen), empty)
+
+
+def _lists(entries: np.ndarray, values: pa.Array, empty: pa.Array) -> pa.ListArray:
+    """Return the lists ``values[entries[i]:entries[i + 1]]``, null where ``empty``."""
+    return pa.ListArray.from_arrays(pa.array(entries, type=pa.int32()), values, mask=empty)
 
 
 def _ends_of_runs(op: str, k: int | None, values: pa.Array, lows: np.ndarray,
@@ -257,12 +298,11 @@ def _ends_of_runs(op: str, k: int | None, values: pa.Array, lows: np.ndarray,
     else:  # the k most recent, most recent first
         starts, ends = np.maximum(lows, highs - k), highs
     lengths = ends - starts
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+    entries = np.concatenate([[0], np.cumsum(lengths)])
+    within = np.arange(entries[-1]) - np.repeat(entries[:-1], lengths)
     flat = (np.repeat(starts, lengths) + within if op == "first_k"
             else np.repeat(ends - 1, lengths) - within)
-    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values.take(pa.array(flat)),
-                                    mask=pa.array(empty))
+    return _lists(entries, values.take(pa.array(flat)), pa.array(empty))
 
 
 class SweepPass:

@@ -14,8 +14,9 @@ never decrease with the query time), found by binary search. Then
   above every number: ``max`` is NaN when a NaN is in the window, ``min`` only when all are);
 - ``variance``, ``stddev``, ``skew``, ``kurtosis``: a segment tree of central moments,
   O(n + q log n) (:mod:`timetile.core.kernels.moment_tree`);
-- ``unique_count``: each value an id, and per key a run that moves from one query to the
-  next, keeping each id's multiplicity: O(n + q) per key, as the bounds never move back.
+- ``unique_count``, ``histogram``, ``top_k``, ``bottom_k``: each value's rank, and per key
+  a run that moves from one query to the next, keeping the multiset of ranks: O(n + q) per
+  key, times log d for the ordered ops (:mod:`timetile.core.kernels.multisets`).
 
 Total cost O((n + q) log n) for n events and q queries; memory O(n). These are the semantics
 of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by the tests.
@@ -220,44 +221,3 @@ def window_extremes(  # noqa: PLR0917  (numba kernels take positional arrays)
             else:
                 empty[query] = True
     return out, empty
-
-
-@numba.njit(cache=True)
-def window_distinct_counts(  # noqa: PLR0917  (numba kernels take positional arrays)
-        ids: Int64s, distinct: int, event_offsets: Int64s, query_offsets: Int64s,
-        lows: Int64s, highs: Int64s) -> Int64s:
-    """For each query, how many distinct ids its run ``[lo, hi)`` of ``ids`` holds.
-
-    ``ids`` are in ``[0, distinct)``, equal for equal values. Per key, the run moves from
-    one query to the next one event at a time, keeping each id's multiplicity and how many
-    ids are present; it grows before it shrinks, so it never holds less than both runs.
-    Every window kind's bounds (sliding, hopping, sawtooth, lifetime) never decrease with
-    the query time, so a key costs O(its events + its queries); bounds that move back cost
-    their movement and stay exact. Memory O(distinct).
-    """
-    multiplicity = np.zeros(distinct, dtype=np.int64)
-    out = np.zeros(len(lows), dtype=np.int64)
-    for key in range(len(event_offsets) - 1):
-        low = high = event_offsets[key]
-        present = 0
-        for query in range(query_offsets[key], query_offsets[key + 1]):
-            while high < highs[query]:
-                present += multiplicity[ids[high]] == 0
-                multiplicity[ids[high]] += 1
-                high += 1
-            while low > lows[query]:
-                low -= 1
-                present += multiplicity[ids[low]] == 0
-                multiplicity[ids[low]] += 1
-            while high > highs[query]:
-                high -= 1
-                multiplicity[ids[high]] -= 1
-                present -= multiplicity[ids[high]] == 0
-            while low < lows[query]:
-                multiplicity[ids[low]] -= 1
-                present -= multiplicity[ids[low]] == 0
-                low += 1
-            out[query] = present
-        for index in range(low, high):  # empty the run for the next key
-            multiplicity[ids[index]] = 0
-    return out
