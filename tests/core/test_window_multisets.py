@@ -13,9 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timetile.core.kernels.multisets import (
+    _fenwick_add,
+    _fenwick_find,
+    check_fenwick,
     window_distinct_counts,
     window_histograms,
-    window_ranked,
+    window_top_k,
 )
 
 
@@ -75,11 +78,33 @@ def test_each_run_gives_its_k_best_ranks_with_repeats(
         drawn: tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray], k: int,
         largest: bool) -> None:
     ids, distinct, event_offsets, query_offsets, lows, highs = drawn
-    entries, chosen = window_ranked(ids, distinct, event_offsets, query_offsets, lows, highs, k,
+    entries, chosen = window_top_k(ids, distinct, event_offsets, query_offsets, lows, highs, k,
                                     largest)
     for query, (low, high) in enumerate(zip(lows, highs, strict=True)):
         expected = sorted(ids[low:high].tolist(), reverse=largest)[:k]
         assert chosen[entries[query]:entries[query + 1]].tolist() == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 70).flatmap(lambda distinct: st.tuples(
+    st.just(distinct), st.lists(st.tuples(st.integers(0, distinct - 1), st.sampled_from([1, -1])),
+                                max_size=120))))
+def test_the_fenwick_tree_finds_the_rank_of_every_position(
+        drawn: tuple[int, list[tuple[int, int]]]) -> None:
+    """After any additions and removals (none below zero), the tree is checked, and the
+    ``target``-th smallest value is where cumulative multiplicities first reach ``target``."""
+    distinct, moves = drawn
+    tree = np.zeros(distinct + 1, dtype=np.int64)
+    multiplicities = np.zeros(distinct, dtype=np.int64)
+    for rank, delta in moves:
+        if multiplicities[rank] + delta < 0:
+            continue
+        _fenwick_add(tree, rank, delta)
+        multiplicities[rank] += delta
+    check_fenwick(tree, multiplicities)
+    cumulative = np.cumsum(multiplicities)
+    for target in range(1, int(cumulative[-1]) + 1):
+        assert _fenwick_find(tree, target) == int(np.searchsorted(cumulative, target)), target
 
 
 def test_a_key_starts_empty_after_a_busy_one() -> None:
@@ -91,6 +116,6 @@ def test_a_key_starts_empty_after_a_busy_one() -> None:
     entries, held, _ = window_histograms(ids, 3, np.array([0, 3, 5]), np.array([0, 1, 3]),
                                          np.array([0, 3, 3]), np.array([3, 3, 5]))
     assert held[entries[2]:].tolist() == [0, 1]
-    entries, chosen = window_ranked(ids, 3, np.array([0, 3, 5]), np.array([0, 1, 3]),
+    entries, chosen = window_top_k(ids, 3, np.array([0, 3, 5]), np.array([0, 1, 3]),
                                     np.array([0, 3, 3]), np.array([3, 3, 5]), 3, True)
     assert chosen[entries[2]:].tolist() == [1, 0]

@@ -154,8 +154,9 @@ def test_a_chunked_key_sees_the_events_of_its_windows_across_chunk_edges(
     events, queries = boundary_frames(spark, chunk)
     group_by = tt.GroupBy("edge", tt.EventSource(events), ["user_id"], [
         *[tt.Aggregation("amount", op, windows=WINDOWS)
-          for op in ("count", "sum", "max", "first", "last")],
-        tt.Aggregation("amount", "last_k", k=3, windows=WINDOWS)])
+          for op in ("count", "sum", "max", "first", "last", "unique_count")],
+        *[tt.Aggregation("amount", op, k=3, windows=WINDOWS)
+          for op in ("last_k", "top_k", "bottom_k")]])
     join = tt.Join("edges", tt.EventSource(queries), [group_by])
     part = plan_backfill(join, spark).parts[0]
     reach = part_reach(part)
@@ -182,7 +183,10 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
           for column in ("amount", "quantity")],
         *[tt.Aggregation(column, op, windows=WINDOWS) for op in ("first", "last")
           for column in ("amount", "item")],
-        tt.Aggregation("item", "first_k", k=2, windows=WINDOWS)])
+        tt.Aggregation("item", "first_k", k=2, windows=WINDOWS),
+        *[tt.Aggregation("item", op, windows=WINDOWS) for op in ("unique_count", "histogram")],
+        tt.Aggregation("quantity", "top_k", k=3, windows=WINDOWS),
+        tt.Aggregation("amount", "bottom_k", k=2, windows=WINDOWS)])
     join = tt.Join("hot_keys", tt.EventSource(queries), [group_by])
     job = tt.BackfillJob(join, spark, max_key_events=150)
     ours = job.dataframe()

@@ -41,7 +41,7 @@ from timetile.core.kernels.moment_tree import (
 from timetile.core.kernels.multisets import (
     window_distinct_counts,
     window_histograms,
-    window_ranked,
+    window_top_k,
 )
 from timetile.core.kernels.sweep import (
     FloatPrefixSums,
@@ -84,7 +84,9 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
 #: The ops that read values by event order: equal times are ordered by value.
 _EVENT_ORDER_OPS = frozenset({"first", "last", "first_k", "last_k"})
 #: The ops that read each run as a multiset of value ranks (:meth:`_Column.value_ranks`).
-_RANKED_OPS = frozenset({"unique_count", "histogram", "top_k", "bottom_k"})
+_VALUE_RANK_OPS = frozenset({"unique_count", "histogram", "top_k", "bottom_k"})
+#: The most entries one Arrow list or map array holds: its offsets are int32.
+_ARROW_LIST_LIMIT = 2**31 - 1
 
 
 def sweeps(feature: Feature) -> bool:
@@ -109,8 +111,9 @@ def _offsets(group_of_row: np.ndarray, groups: int) -> np.ndarray:
 class _Column:
     """One value column of a table of whole keys, and what each window makes of it.
 
-    Its non-null values, times and offsets; per window, computed once, each query's run,
-    sums and moments. The events are in time order within each group, as the table is;
+    Its non-null values, times and offsets, and once each, the values in event order and
+    their ranks in value order; per window, computed once, each query's run, sums and
+    moments. The events are in time order within each group, as the table is;
     so are the queries, whose times and per-group offsets every column of the table shares.
     """
 
@@ -188,13 +191,15 @@ class _Column:
         values share one, as ``unique_count`` counts them: every NaN is one value, ranked
         last, and ``-0.0`` is ``0.0`` (the values come back normalized); strings go by code
         point (Arrow compares their UTF-8 bytes, which orders code points alike), ``False``
-        before ``True``. O(n log n): a sort of numbers, or a hash of the others and a sort
-        of the distinct ones.
+        before ``True``. Floats: O(n log n), a sort; the other types: O(n + d log d), a hash
+        and a sort of the d distinct values.
         """
         if self._value_ranks is None:
-            if self.values is not None:  # a number
+            if self.values is not None and self.values.dtype.kind == "f":
                 uniques, ranks = np.unique(normalized(self.values), return_inverse=True)
-                self._value_ranks = ranks.reshape(-1).astype(np.int64), pa.array(uniques)
+                uniques[np.isnan(uniques)] = np.nan  # the one NaN, whatever its sign bit
+                self._value_ranks = (ranks.reshape(-1).astype(np.int64, copy=False),
+                                     pa.array(uniques))
             else:
                 encoded = pc.dictionary_encode(self.kept)
                 order = pc.array_sort_indices(encoded.dictionary).to_numpy()
@@ -228,14 +233,13 @@ class _Column:
 
 def _result(feature: Feature, column: _Column) -> pa.Array:
     """One feature's results, as Arrow, from its column's runs in its window."""
-    op, value_type = feature.aggregation.op, feature.input_type
+    op = feature.aggregation.op
     lows, highs = column.runs(feature.window)
     counts = highs - lows
-    empty = counts == 0
     if op == "count":
         return pa.array(counts, type=pa.int64())
-    if op in _RANKED_OPS:
-        return _ranked_result(op, feature.aggregation.k, column, lows, highs)
+    if op in _VALUE_RANK_OPS:
+        return _by_value_rank(op, feature.aggregation.k, column, lows, highs)
     if op in _EVENT_ORDER_OPS:
         return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
     if op in MOMENT_OPS:
@@ -246,15 +250,21 @@ def _result(feature: Feature, column: _Column) -> pa.Array:
         extremes, empty = window_extremes(column.values, column.offsets, column.query_offsets,
                                           lows, highs, op == "max")
         return pa.array(extremes, mask=empty)
-    sums = column.sums(feature.window)
-    if op == "avg":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            sums = sums.astype(np.float64) / np.where(empty, 1, counts)
-    floats = op == "avg" or value_type is ValueType.FLOAT
-    return pa.array(sums, mask=empty, type=pa.float64() if floats else pa.int64())
+    return _summed(op, feature.input_type, column.sums(feature.window), counts)
 
 
-def _ranked_result(op: str, k: int | None, column: _Column, lows: np.ndarray,
+def _summed(op: str, value_type: ValueType, sums: np.ndarray, counts: np.ndarray) -> pa.Array:
+    """``sum`` or ``avg`` of each query's run, from its sum and its count; null if empty."""
+    empty = counts == 0
+    if op == "sum":
+        return pa.array(sums, mask=empty, type=pa.float64() if value_type is ValueType.FLOAT
+                        else pa.int64())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums.astype(np.float64) / np.where(empty, 1, counts)
+    return pa.array(means, mask=empty, type=pa.float64())
+
+
+def _by_value_rank(op: str, k: int | None, column: _Column, lows: np.ndarray,
                    highs: np.ndarray) -> pa.Array:
     """``op`` of each query's run ``[low, high)`` of ``column``'s values.
 
@@ -268,17 +278,28 @@ def _ranked_result(op: str, k: int | None, column: _Column, lows: np.ndarray,
         return pa.array(window_distinct_counts(*runs), type=pa.int64())
     empty = pa.array(highs == lows)
     if op == "histogram":
-        entries, held, multiplicities = window_histograms(*runs)
-        return pa.MapArray.from_arrays(pa.array(entries, type=pa.int32()), by_rank.take(held),
+        offsets, held, multiplicities = window_histograms(*runs)
+        return pa.MapArray.from_arrays(_list_offsets(offsets, op), by_rank.take(held),
                                        pa.array(multiplicities), mask=empty)
     assert k is not None
-    entries, chosen = window_ranked(*runs, k, op == "top_k")
-    return _lists(entries, by_rank.take(chosen), empty)
+    offsets, chosen = window_top_k(*runs, k, op == "top_k")
+    return pa.ListArray.from_arrays(_list_offsets(offsets, op), by_rank.take(chosen),
+                                    mask=empty)
 
 
-def _lists(entries: np.ndarray, values: pa.Array, empty: pa.Array) -> pa.ListArray:
-    """Return the lists ``values[entries[i]:entries[i + 1]]``, null where ``empty``."""
-    return pa.ListArray.from_arrays(pa.array(entries, type=pa.int32()), values, mask=empty)
+def _list_offsets(offsets: np.ndarray, op: str) -> pa.Array:
+    """Return ``offsets`` as the int32 offsets of an Arrow list or map array.
+
+    Raises:
+        ValueError: past what int32 offsets address (:data:`_ARROW_LIST_LIMIT` entries).
+
+    """
+    if offsets[-1] > _ARROW_LIST_LIMIT:
+        raise ValueError(
+            f"{op}: the windows of one table of keys hold {offsets[-1]:,} entries in all, more "
+            f"than an Arrow list holds ({_ARROW_LIST_LIMIT:,}); ask for a smaller k or a "
+            "shorter window, or lower max_key_events so that hot keys sweep in smaller chunks")
+    return pa.array(offsets, type=pa.int32())
 
 
 def _ends_of_runs(op: str, k: int | None, values: pa.Array, lows: np.ndarray,
@@ -298,11 +319,12 @@ def _ends_of_runs(op: str, k: int | None, values: pa.Array, lows: np.ndarray,
     else:  # the k most recent, most recent first
         starts, ends = np.maximum(lows, highs - k), highs
     lengths = ends - starts
-    entries = np.concatenate([[0], np.cumsum(lengths)])
-    within = np.arange(entries[-1]) - np.repeat(entries[:-1], lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
     flat = (np.repeat(starts, lengths) + within if op == "first_k"
             else np.repeat(ends - 1, lengths) - within)
-    return _lists(entries, values.take(pa.array(flat)), pa.array(empty))
+    return pa.ListArray.from_arrays(_list_offsets(offsets, op), values.take(pa.array(flat)),
+                                    mask=pa.array(empty))
 
 
 class SweepPass:

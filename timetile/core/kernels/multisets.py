@@ -1,13 +1,14 @@
 """Window ops over value ranks: ``unique_count``, ``histogram``, ``top_k`` and ``bottom_k``.
 
 Each value is replaced by its rank among the distinct values, in the value order of
-:mod:`timetile.core.aggregators.ordering` (equal values share a rank; the caller ranks them,
-as ``_Column.value_ranks`` in the sweep executor does). Events are sorted by (key, time) and
+:mod:`timetile.core.aggregators.ordering` (equal values share a rank; the caller ranks
+them). Events are sorted by (key, time) and
 each query's window is a run ``[lo, hi)`` of its key's events, as in
 :mod:`timetile.core.kernels.sweep`. Per key, one run moves from each query's run to the
 next, an event at a time, and keeps the multiset of its ranks: each rank's multiplicity, how
-many ranks are present, and for the ordered ops a Fenwick tree of the multiplicities, which
-finds the rank holding the r-th smallest value in O(log d).
+many ranks are present, and for the ordered ops a Fenwick tree of the multiplicities
+(Fenwick, *A new data structure for cumulative frequency tables*, Software: Practice and
+Experience 24(3), 1994), which finds the rank holding the r-th smallest value in O(log d).
 
 Every window kind's bounds never decrease with the query time, so moving the run costs
 O(n + q) per key (times log d with the tree); bounds that moved back would cost their
@@ -22,7 +23,7 @@ movement and stay exact. Memory O(d) for d distinct values, besides the output.
 ...                                                    lows, highs)
 >>> entries.tolist(), held.tolist(), multiplicities.tolist()
 ([0, 2, 5], [0, 2, 0, 1, 2], [1, 2, 1, 1, 1])
->>> entries, chosen = window_ranked(ranks, 3, offsets, np.array([0, 2]), lows, highs, 2, True)
+>>> entries, chosen = window_top_k(ranks, 3, offsets, np.array([0, 2]), lows, highs, 2, True)
 >>> entries.tolist(), chosen.tolist()
 ([0, 2, 4], [2, 2, 2, 1])
 """
@@ -64,6 +65,19 @@ def _fenwick_find(tree: Int64s, target: int) -> int:
             target -= tree[position]
         step //= 2
     return position  # the 1-based index position + 1 is rank ``position``
+
+
+def check_fenwick(tree: Int64s, multiplicities: Int64s) -> None:
+    """Assert that ``tree`` is the Fenwick tree of ``multiplicities``. O(d).
+
+    Node ``i`` (1-based) holds the multiplicities of ranks ``[i − lowbit(i), i)``; node 0 is
+    unused. The kernels' ``_check()``, for tests.
+    """
+    assert len(tree) == len(multiplicities) + 1, (len(tree), len(multiplicities))
+    assert tree[0] == 0
+    prefix = np.concatenate([[0], np.cumsum(multiplicities)])
+    for index in range(1, len(tree)):
+        assert tree[index] == prefix[index] - prefix[index - (index & -index)], index
 
 
 @numba.njit(cache=True)
@@ -168,7 +182,7 @@ def window_histograms(  # noqa: PLR0917  (the kernels' positional arrays)
     return entries, listed, multiplicities
 
 
-def window_ranked(  # noqa: PLR0917  (the kernels' positional arrays)
+def window_top_k(  # noqa: PLR0917  (the kernels' positional arrays)
         ranks: Int64s, distinct: int, event_offsets: Int64s, query_offsets: Int64s,
         lows: Int64s, highs: Int64s, k: int, largest: bool) -> tuple[Int64s, Int64s]:
     """Return the ranks of each query's ``k`` largest (or smallest) values, repeats kept.

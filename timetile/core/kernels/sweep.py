@@ -14,11 +14,13 @@ never decrease with the query time), found by binary search. Then
   above every number: ``max`` is NaN when a NaN is in the window, ``min`` only when all are);
 - ``variance``, ``stddev``, ``skew``, ``kurtosis``: a segment tree of central moments,
   O(n + q log n) (:mod:`timetile.core.kernels.moment_tree`);
-- ``unique_count``, ``histogram``, ``top_k``, ``bottom_k``: each value's rank, and per key
-  a run that moves from one query to the next, keeping the multiset of ranks: O(n + q) per
-  key, times log d for the ordered ops (:mod:`timetile.core.kernels.multisets`).
+- ``unique_count``, ``histogram``, ``top_k``, ``bottom_k``: each value's rank among the d
+  distinct values, and per key a run that moves from one query to the next, keeping the
+  multiset of ranks: O(n + q) per key, times log d for the ordered ops, plus log d per entry
+  of their output (:mod:`timetile.core.kernels.multisets`).
 
-Total cost O((n + q) log n) for n events and q queries; memory O(n). These are the semantics
+Total cost O((n + q) log n) for n events and q queries, plus the outputs of the list and map
+ops; memory O(n) besides those outputs. These are the semantics
 of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by the tests.
 """
 
