@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timetile.core.aggregators import make_aggregator
 from timetile.core.aggregators.ordering import canonical, order_key
 from timetile.core.types import ValueType
-from timetile.offline.sweep_executor import _by_value_rank, _Column, _ends_of_runs
+from timetile.offline.sweep_executor import _by_value_rank, _Column, _ends_of_runs, _list_offsets
 
 OPS = ("first", "last", "first_k", "last_k")
 VALUE_RANK_OPS = ("unique_count", "histogram", "top_k", "bottom_k")
@@ -150,3 +151,10 @@ def test_value_ranks_follow_the_value_order_of_the_core(
             assert (ranks[i] == ranks[j]) == merged, (one, other)
             if not merged:
                 assert (ranks[i] < ranks[j]) == (order_key(one) < order_key(other)), (one, other)
+
+
+def test_outputs_past_arrow_list_offsets_are_refused_by_name() -> None:
+    """Arrow lists and maps address 2^31 − 1 entries: more is a clear error, not a wrap."""
+    assert _list_offsets(np.array([0, 3, 2**31 - 1]), "top_k").to_pylist()[-1] == 2**31 - 1
+    with pytest.raises(ValueError, match=r"histogram: .* 2,147,483,648 entries .* smaller k"):
+        _list_offsets(np.array([0, 2**31]), "histogram")

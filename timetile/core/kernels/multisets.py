@@ -2,13 +2,13 @@
 
 Each value is replaced by its rank among the distinct values, in the value order of
 :mod:`timetile.core.aggregators.ordering` (equal values share a rank; the caller ranks
-them). Events are sorted by (key, time) and
-each query's window is a run ``[lo, hi)`` of its key's events, as in
-:mod:`timetile.core.kernels.sweep`. Per key, one run moves from each query's run to the
-next, an event at a time, and keeps the multiset of its ranks: each rank's multiplicity, how
-many ranks are present, and for the ordered ops a Fenwick tree of the multiplicities
-(Fenwick, *A new data structure for cumulative frequency tables*, Software: Practice and
-Experience 24(3), 1994), which finds the rank holding the r-th smallest value in O(log d).
+them). Events are sorted by (key, time) and each query's window is a run ``[lo, hi)`` of its
+key's events, as in :mod:`timetile.core.kernels.sweep`. Per key, one run moves from each
+query's run to the next, an event at a time, and keeps the multiset of its ranks: each rank's
+multiplicity, how many ranks are present, and for the ordered ops a Fenwick tree of the
+multiplicities (Fenwick, *A new data structure for cumulative frequency tables*, Software:
+Practice and Experience 24(3), 1994), which finds the rank holding the r-th smallest value
+in O(log d).
 
 Every window kind's bounds never decrease with the query time, so moving the run costs
 O(n + q) per key (times log d with the tree); bounds that moved back would cost their
@@ -64,7 +64,7 @@ def _fenwick_find(tree: Int64s, target: int) -> int:
             position += step
             target -= tree[position]
         step //= 2
-    return position  # the 1-based index position + 1 is rank ``position``
+    return position  # ranks below ``position`` hold fewer than ``target`` values
 
 
 def check_fenwick(tree: Int64s, multiplicities: Int64s) -> None:
