@@ -20,10 +20,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import timetile as tt
 from timetile.core.aggregators import make_aggregator
 from timetile.core.aggregators.ordering import canonical, order_key
 from timetile.core.types import ValueType
-from timetile.offline.sweep_executor import _by_value_rank, _Column, _ends_of_runs, _list_offsets
+from timetile.offline.plan import Feature
+from timetile.offline.sweep_executor import (
+    _by_value_rank,
+    _Column,
+    _ends_of_runs,
+    _list_offsets,
+    _result,
+)
 
 OPS = ("first", "last", "first_k", "last_k")
 VALUE_RANK_OPS = ("unique_count", "histogram", "top_k", "bottom_k")
@@ -50,8 +58,15 @@ def tables(draw: st.DrawFn) -> tuple[ValueType, list[int], list[int], list[Any]]
     return value_type, [g for g, _ in rows], [t for _, t in rows], values
 
 
-def exact(value: Any) -> str:
-    """A form in which NaN equals NaN and ``-0.0`` differs from ``0.0``."""
+def exact(value: Any) -> Any:
+    """A form in which NaN equals NaN and ``-0.0`` differs from ``0.0``, as does a NaN with
+    its sign bit set from one without, in lists and maps too."""
+    if isinstance(value, list):
+        return [exact(item) for item in value]
+    if isinstance(value, dict):
+        return [(exact(key), count) for key, count in value.items()]
+    if isinstance(value, float) and math.isnan(value) and math.copysign(1.0, value) < 0:
+        return "-nan"
     return repr(value)
 
 
@@ -158,3 +173,20 @@ def test_outputs_past_arrow_list_offsets_are_refused_by_name() -> None:
     assert _list_offsets(np.array([0, 3, 2**31 - 1]), "top_k").to_pylist()[-1] == 2**31 - 1
     with pytest.raises(ValueError, match=r"histogram: .* 2,147,483,648 entries .* smaller k"):
         _list_offsets(np.array([0, 2**31]), "histogram")
+
+
+@pytest.mark.parametrize("op", ["min", "max", "first", "last", "top_k", "histogram"])
+def test_float_results_carry_no_sign_on_nan_or_zero(op: str) -> None:
+    """A NaN with its sign bit set, and ``-0.0``, come out as the core gives them."""
+    values = [-math.nan, -0.0]
+    swept = _Column(pa.chunked_array([values], type=pa.float64()), np.array([0, 1]),
+                    np.zeros(2, dtype=np.int64), 1, ValueType.FLOAT,
+                    query_times=np.array([5]), query_offsets=np.array([0, 1]))
+    feature = Feature("f", tt.Aggregation("v", op, k=2 if op == "top_k" else None), None,
+                      ValueType.FLOAT)
+    got = _result(feature, swept).to_pylist()[0]
+    if op == "histogram":  # Arrow gives a map as a list of pairs
+        got = [value for value, _ in got]
+    floats = got if isinstance(got, list) else [got]
+    assert floats
+    assert all(math.copysign(1.0, value) == 1.0 for value in floats), floats

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from timetile.api.windows import Window
-from timetile.core.aggregators.ordering import normalized
+from timetile.core.aggregators.ordering import canonical_array
 from timetile.core.kernels.moment_tree import (
     MOMENT_OPS,
     MomentTree,
@@ -196,8 +196,7 @@ class _Column:
         """
         if self._value_ranks is None:
             if self.values is not None and self.values.dtype.kind == "f":
-                uniques, ranks = np.unique(normalized(self.values), return_inverse=True)
-                uniques[np.isnan(uniques)] = np.nan  # the one NaN, whatever its sign bit
+                uniques, ranks = np.unique(canonical_array(self.values), return_inverse=True)
                 self._value_ranks = (ranks.reshape(-1).astype(np.int64, copy=False),
                                      pa.array(uniques))
             else:
@@ -214,13 +213,14 @@ class _Column:
         """Return the values in the order ``first`` and ``last`` read them, as Arrow.
 
         By time within each group, and equal times by value (the value order of
-        :mod:`timetile.core.aggregators.ordering`: NaN last). Floats are normalized (``-0.0``
-        becomes ``0.0``), as every result is. O(n) without ties; O(n log n) with them.
+        :mod:`timetile.core.aggregators.ordering`: NaN last). Floats are canonical (``-0.0``
+        becomes ``0.0``, every NaN the positive one), as every result is. O(n) without ties;
+        O(n log n) with them.
         """
         if self._in_event_order is None:
             ordered = self.kept
             if pa.types.is_floating(ordered.type):
-                ordered = pa.array(normalized(ordered.to_numpy(zero_copy_only=False)),
+                ordered = pa.array(canonical_array(ordered.to_numpy(zero_copy_only=False)),
                                    type=ordered.type)
             tied = (np.diff(self.times) == 0) & (np.diff(self.groups) == 0)
             if tied.any():  # Arrow sorts NaN after every number, and strings by their bytes
@@ -249,7 +249,7 @@ def _result(feature: Feature, column: _Column) -> pa.Array:
         assert column.values is not None
         extremes, empty = window_extremes(column.values, column.offsets, column.query_offsets,
                                           lows, highs, op == "max")
-        return pa.array(extremes, mask=empty)
+        return pa.array(canonical_array(extremes), mask=empty)
     return _summed(op, feature.input_type, column.sums(feature.window), counts)
 
 

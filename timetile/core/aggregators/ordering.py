@@ -66,6 +66,22 @@ def normalized(values: Values) -> Values:
     return values
 
 
+def canonical_array(values: Values) -> Values:
+    """Return ``values`` as :func:`canonical` gives each one (a new array for floats). O(n).
+
+    For vectorized paths whose results stay in arrays: ``-0.0`` becomes ``0.0`` and every
+    NaN, whatever its sign bit and payload, the NaN of :data:`math.nan`.
+
+    >>> [math.copysign(1.0, value) for value in canonical_array(np.array([-0.0, -math.nan]))]
+    [1.0, 1.0]
+    """
+    if values.dtype.kind != "f":
+        return values
+    out = values + 0.0
+    out[np.isnan(out)] = math.nan
+    return out
+
+
 def to_scalars(values: Values) -> list[Scalar]:
     """Return the normalized values as Python scalars (see :func:`canonical`). O(n)."""
     items: list[Any] = normalized(values).tolist()
