@@ -175,18 +175,40 @@ def test_outputs_past_arrow_list_offsets_are_refused_by_name() -> None:
         _list_offsets(np.array([0, 2**31]), "histogram")
 
 
-@pytest.mark.parametrize("op", ["min", "max", "first", "last", "top_k", "histogram"])
-def test_float_results_carry_no_sign_on_nan_or_zero(op: str) -> None:
-    """A NaN with its sign bit set, and ``-0.0``, come out as the core gives them."""
-    values = [-math.nan, -0.0]
-    swept = _Column(pa.chunked_array([values], type=pa.float64()), np.array([0, 1]),
-                    np.zeros(2, dtype=np.int64), 1, ValueType.FLOAT,
-                    query_times=np.array([5]), query_offsets=np.array([0, 1]))
-    feature = Feature("f", tt.Aggregation("v", op, k=2 if op == "top_k" else None), None,
+def _swept(op: str, values: list[float]) -> Any:
+    """``op`` of ``values`` (floats, one key, times 0, 1, …) over a lifetime, by the sweep."""
+    swept = _Column(pa.chunked_array([values], type=pa.float64()), np.arange(len(values)),
+                    np.zeros(len(values), dtype=np.int64), 1, ValueType.FLOAT,
+                    query_times=np.array([len(values) + 5]), query_offsets=np.array([0, 1]))
+    feature = Feature("f", tt.Aggregation("v", op, k=2 if op.endswith("_k") else None), None,
                       ValueType.FLOAT)
-    got = _result(feature, swept).to_pylist()[0]
+    return _result(feature, swept).to_pylist()[0]
+
+
+@pytest.mark.parametrize("values", [[-math.nan, -0.0], [-0.0, -math.nan]])
+@pytest.mark.parametrize("op", ["min", "max", "first", "last", "first_k", "last_k", "top_k",
+                                "bottom_k", "histogram"])
+def test_float_results_carry_no_sign_on_nan_or_zero(op: str, values: list[float]) -> None:
+    """A NaN with its sign bit set, and ``-0.0``, come out as the core gives them."""
+    got = _swept(op, values)
     if op == "histogram":  # Arrow gives a map as a list of pairs
         got = [value for value, _ in got]
     floats = got if isinstance(got, list) else [got]
     assert floats
     assert all(math.copysign(1.0, value) == 1.0 for value in floats), floats
+
+
+@pytest.mark.parametrize(("op", "values"), [
+    ("skew", [0.0, 1e-60]),  # m2 is not 0, but m2**3 underflows: 0 / 0
+    ("kurtosis", [0.0, 1e-90]),  # m2**2 and m4 underflow: 0 / 0
+    ("skew", [0.0, 0.0, -1e200]),  # m2 overflows: inf / inf
+    ("avg", [-5e-324, 0.0, 0.0]),  # the mean underflows to -0.0
+])
+def test_moments_and_means_rounded_to_nan_or_zero_are_canonical(
+        op: str, values: list[float]) -> None:
+    """Arithmetic gives NaN with its sign bit set, and ``-0.0``: both engines give neither."""
+    aggregator = make_aggregator(op, ValueType.FLOAT)
+    core = aggregator.finalize(aggregator.fold(np.array(values), np.arange(len(values))))
+    got = _swept(op, values)
+    assert exact(got) == exact(core)
+    assert math.copysign(1.0, got) == 1.0, got

@@ -261,7 +261,7 @@ def _summed(op: str, value_type: ValueType, sums: np.ndarray, counts: np.ndarray
                         else pa.int64())
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums.astype(np.float64) / np.where(empty, 1, counts)
-    return pa.array(means, mask=empty, type=pa.float64())
+    return pa.array(canonical_array(means), mask=empty, type=pa.float64())
 
 
 def _by_value_rank(op: str, k: int | None, column: _Column, lows: np.ndarray,

@@ -16,7 +16,7 @@ import numpy as np
 from timetile.core.aggregators import codec
 from timetile.core.aggregators.base import Aggregator, Times, Values
 from timetile.core.aggregators.exact import exact_float_sum, exact_int_sum, scaled_to_float
-from timetile.core.aggregators.ordering import as_values
+from timetile.core.aggregators.ordering import as_values, canonical_float
 from timetile.core.types import ResultType, ValueType
 
 # A float total has at most about 2,150 bits; a larger shift can only come from bad bytes.
@@ -240,4 +240,4 @@ class Avg(_ExactSum):
         total = self._sum(state)
         if total is None:
             return None
-        return float(total) / state.n
+        return canonical_float(float(total) / state.n)  # an underflow to -0.0 gives 0.0

@@ -30,6 +30,7 @@ import numpy as np
 
 from timetile.core.aggregators import codec
 from timetile.core.aggregators.base import Aggregator, Times, Values
+from timetile.core.aggregators.ordering import canonical_float
 from timetile.core.types import ResultType, ValueType
 
 
@@ -188,7 +189,7 @@ class Variance(_Moments):
             return math.nan
         if math.isnan(state.m2):  # finite data whose squares overflowed
             return math.inf
-        return state.m2 / (n - 1)
+        return canonical_float(state.m2 / (n - 1))
 
 
 class Stddev(Variance):
@@ -222,7 +223,7 @@ class _StandardizedMoment(_Moments):
             return math.nan
         if state.m2 == 0.0:
             return None
-        return self._shape(state)
+        return canonical_float(self._shape(state))  # an overflow's NaN may carry a sign bit
 
     def _shape(self, state: MomentState) -> float:
         raise NotImplementedError

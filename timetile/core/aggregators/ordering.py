@@ -32,10 +32,15 @@ from timetile.core.types import ValueType
 def canonical(value: Scalar) -> Scalar:
     """Normalize ``value``: any NaN becomes :data:`math.nan`, ``-0.0`` becomes ``0.0``. O(1)."""
     if isinstance(value, float):
-        if math.isnan(value):
-            return math.nan
-        return value + 0.0  # -0.0 + 0.0 == +0.0 under round-to-nearest
+        return canonical_float(value)
     return value
+
+
+def canonical_float(value: float) -> float:
+    """:func:`canonical` of a float, typed as one. O(1)."""
+    if math.isnan(value):
+        return math.nan
+    return value + 0.0  # -0.0 + 0.0 == +0.0 under round-to-nearest
 
 
 def order_key(value: Scalar) -> tuple[bool, Scalar]:
@@ -70,7 +75,8 @@ def canonical_array(values: Values) -> Values:
     """Return ``values`` as :func:`canonical` gives each one (a new array for floats). O(n).
 
     For vectorized paths whose results stay in arrays: ``-0.0`` becomes ``0.0`` and every
-    NaN, whatever its sign bit and payload, the NaN of :data:`math.nan`.
+    NaN, whatever its sign bit and payload, has the bits of :data:`math.nan`. Arrays of
+    other dtypes (object included) are returned as they are, not copied.
 
     >>> [math.copysign(1.0, value) for value in canonical_array(np.array([-0.0, -math.nan]))]
     [1.0, 1.0]

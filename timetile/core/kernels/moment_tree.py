@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from timetile.core.aggregators.ordering import canonical_array
 from timetile.core.kernels.sweep import Bools, Floats, Int64s, two_sum
 
 #: The ops :func:`moment_results` finalizes.
@@ -187,7 +188,8 @@ def moment_results(op: str, runs: RunMoments) -> tuple[Floats, Bools]:
     NaN or ±inf, inf when the squares of finite values overflowed, else ``m2 / (n - 1)``.
     ``skew`` and ``kurtosis``: null without values, NaN with any NaN or ±inf, null for
     constant data (``m2`` exactly 0), else ``sqrt(n) * m3 / m2**1.5`` and
-    ``n * m4 / m2**2 - 3`` with IEEE division. O(q), vectorized.
+    ``n * m4 / m2**2 - 3`` with IEEE division. Results are canonical (no ``-0.0``, every NaN
+    the positive one), as the core's are. O(q), vectorized.
     """
     finite = (runs.sizes - runs.nonfinite).astype(np.float64)
     with np.errstate(all="ignore"):
@@ -204,7 +206,8 @@ def moment_results(op: str, runs: RunMoments) -> tuple[Floats, Bools]:
             results = finite * runs.m4 / (runs.m2 * runs.m2) - 3.0
         else:
             raise ValueError(f"{op!r} is not a moment op: use one of {sorted(MOMENT_OPS)}")
-    return np.where(runs.nonfinite > 0, np.nan, results), null
+    # 0/0 and inf/inf give a NaN with its sign bit set: canonical, as the core's results
+    return canonical_array(np.where(runs.nonfinite > 0, np.nan, results)), null
 
 
 def check_moment_tree(tree: MomentTree, values: Floats) -> None:
