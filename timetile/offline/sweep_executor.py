@@ -59,32 +59,19 @@ from timetile.offline.result_types import arrow_schema
 from timetile.spark.sorted_groups import group_starts, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME
 
+#: The ops that read values by event order: equal times are ordered by value.
+_EVENT_ORDER_OPS = ("first", "last", "first_k", "last_k")
+#: The ops that read each run as a multiset of value ranks (:meth:`_Column.value_ranks`).
+_VALUE_RANK_OPS = ("unique_count", "histogram", "top_k", "bottom_k")
+_NUMBERS = frozenset({ValueType.INT, ValueType.FLOAT})
 #: The ops the sweep computes, and the column types each accepts. Each reads only the non-null
 #: values of its column: the sweep leaves events without values behind and takes a row
 #: without values for a query, so an op that counted null rows could not join this list.
 SWEEP_OPS: dict[str, frozenset[ValueType]] = {
-    "count": frozenset(ValueType),
-    "sum": frozenset({ValueType.INT, ValueType.FLOAT}),
-    "avg": frozenset({ValueType.INT, ValueType.FLOAT}),
-    "min": frozenset({ValueType.INT, ValueType.FLOAT}),
-    "max": frozenset({ValueType.INT, ValueType.FLOAT}),
-    "first": frozenset(ValueType),
-    "last": frozenset(ValueType),
-    "first_k": frozenset(ValueType),
-    "last_k": frozenset(ValueType),
-    "variance": frozenset({ValueType.INT, ValueType.FLOAT}),
-    "stddev": frozenset({ValueType.INT, ValueType.FLOAT}),
-    "skew": frozenset({ValueType.INT, ValueType.FLOAT}),
-    "kurtosis": frozenset({ValueType.INT, ValueType.FLOAT}),
-    "unique_count": frozenset(ValueType),
-    "histogram": frozenset(ValueType),
-    "top_k": frozenset(ValueType),
-    "bottom_k": frozenset(ValueType),
+    **dict.fromkeys(("sum", "avg", "min", "max", "variance", "stddev", "skew", "kurtosis"),
+                    _NUMBERS),
+    **dict.fromkeys(("count", *_EVENT_ORDER_OPS, *_VALUE_RANK_OPS), frozenset(ValueType)),
 }
-#: The ops that read values by event order: equal times are ordered by value.
-_EVENT_ORDER_OPS = frozenset({"first", "last", "first_k", "last_k"})
-#: The ops that read each run as a multiset of value ranks (:meth:`_Column.value_ranks`).
-_VALUE_RANK_OPS = frozenset({"unique_count", "histogram", "top_k", "bottom_k"})
 #: The most entries one Arrow list or map array holds: its offsets are int32.
 _ARROW_LIST_LIMIT = 2**31 - 1
 
