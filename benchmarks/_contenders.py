@@ -6,8 +6,8 @@ are ``RESULT_COLUMNS``; the runner times materializing it (a ``noop`` write for 
 ``CREATE TEMP TABLE … AS`` for DuckDB) and, for the correctness check, collects it on a sample.
 On an empty window every contender gives count 0 and null sum and max (DESIGN §2).
 
-With other ``ops`` (``backfill.py --ops``) only timetile's executors run, against each other:
-the hand-written plans compute sum, count and max alone.
+With other ``ops`` (``backfill.py --ops``), or with buckets (``--buckets``), only timetile's
+executors run, against each other: the hand-written plans compute sum, count and max alone.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ OPS = ("sum", "count", "max")
 WINDOWS = {"1d": 86_400_000, "7d": 7 * 86_400_000}
 #: ``k`` of the ``_k`` ops, when ``--ops`` asks for them.
 K = 5
+#: The bucket column of ``--buckets``.
+BUCKET = "bucket"
 
 
 def result_columns(ops: tuple[str, ...] = OPS) -> tuple[str, ...]:
@@ -134,35 +136,46 @@ def _scan(inputs: Inputs) -> DataFrame:
                              F.max("ts"), F.sum("key"))
 
 
-def _timetile(executor: str, max_key_events: int | None,
-              ops: tuple[str, ...]) -> Callable[[Inputs], DataFrame]:
+def with_buckets(events: DataFrame, buckets: int) -> DataFrame:
+    """The events with a string column :data:`BUCKET` of ``buckets`` values: the integer part
+    of ``value`` modulo ``buckets``."""
+    return events.withColumn(BUCKET, F.pmod(F.floor("value"), F.lit(buckets)).cast("string"))
+
+
+def _timetile(executor: str, max_key_events: int | None, ops: tuple[str, ...],
+              buckets: int) -> Callable[[Inputs], DataFrame]:
+    suffix = f"_by_{BUCKET}" if buckets else ""
+
     def build(inputs: Inputs) -> DataFrame:
         import timetile as tt
 
-        events = tt.EventSource(inputs.events, time_column="ts")
+        events = tt.EventSource(with_buckets(inputs.events, buckets) if buckets
+                                else inputs.events, time_column="ts")
         group_by = tt.GroupBy("ev", events, ["key"], [
             tt.Aggregation("value", op, windows=list(WINDOWS),
-                           k=K if op.endswith("_k") else None) for op in ops
+                           k=K if op.endswith("_k") else None,
+                           buckets=[BUCKET] if buckets else None) for op in ops
         ])
         join = tt.Join("bench", left=tt.EventSource(inputs.queries, time_column="ts"),
                        parts=[group_by])
         frame = tt.backfill(join, inputs.spark, executor=executor,
                             max_key_events=(DEFAULT_MAX_KEY_EVENTS if max_key_events is None
                                             else max_key_events))
-        return frame.select("key", "ts", *(F.col(f"ev_value_{op}_{w}").alias(f"{op}_{w}")
+        return frame.select("key", "ts", *(F.col(f"ev_value_{op}_{w}{suffix}").alias(f"{op}_{w}")
                                            for w in WINDOWS for op in ops))
     return build
 
 
 def contenders(executors: list[str], *, segtree: bool, max_key_events: int | None = None,
-               ops: tuple[str, ...] = OPS) -> list[Contender]:
+               ops: tuple[str, ...] = OPS, buckets: int = 0) -> list[Contender]:
     """Every contender, timetile once per executor (with ``max_key_events`` if given, else
     the library's default); the segment-tree pair only if ``segtree`` (the conf exists in
-    this Spark), else one plain window run. With ``ops`` other than :data:`OPS`, timetile's
+    this Spark), else one plain window run. With ``ops`` other than :data:`OPS`, or
+    ``buckets`` (timetile's features broken down by :func:`with_buckets`), timetile's
     executors alone."""
     mine = [Contender(f"timetile[{name}]", f"timetile[{name}]", "spark", "timetile",
-                      _timetile(name, max_key_events, ops)) for name in executors]
-    if ops != OPS:
+                      _timetile(name, max_key_events, ops, buckets)) for name in executors]
+    if ops != OPS or buckets:
         return mine
     if segtree:
         windows = [

@@ -154,11 +154,14 @@ class Runner:
 
 
 def _same(a: Any, b: Any, rel: float) -> bool:
-    """Equal, numbers within ``rel`` (NaN equal to NaN), lists element by element."""
+    """Equal, numbers within ``rel`` (NaN equal to NaN), lists element by element, maps by
+    key."""
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y, rel) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key], rel) for key in a)
     numbers = (int, float)
     if not (isinstance(a, numbers) and isinstance(b, numbers)):
         return bool(a == b)

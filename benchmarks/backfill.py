@@ -47,6 +47,8 @@ examples:
   python benchmarks/backfill.py --generate-only
   # other ops: timetile's executors against each other (the SQL plans compute only the default)
   python benchmarks/backfill.py --dataset skewed --ops first,last,last_k --executor sweep,tiled
+  # bucketed features: each op broken down by a string column of 10 values
+  python benchmarks/backfill.py --dataset skewed --buckets 10 --executor auto,interval_tree
 
 contenders (--only): spark_join, spark_window_segtree, spark_window, duckdb_join,
   duckdb_window, spark_scan, timetile
@@ -76,6 +78,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="the ops of value over 1d and 7d, comma-separated (default: "
                              "%(default)s); other ops run timetile's executors alone, k=5 for "
                              "the _k ops, and their section of RESULTS.md is their own")
+    parser.add_argument("--buckets", type=int, default=0,
+                        help="break timetile's features down by a string column of N values "
+                             "(value's integer part mod N); like other --ops, timetile's "
+                             "executors alone, in a section of their own (default: none)")
     parser.add_argument("--max-key-events", type=int, default=None,
                         help="timetile's max_key_events: above it the sweep searches for hot "
                              "keys (default: the library's default; a huge value turns the "
@@ -102,7 +108,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="5g", help="Spark driver heap (default: 5g)")
     parser.add_argument("--generate-only", action="store_true",
                         help="generate or find the datasets, then stop")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.buckets < 0:
+        parser.error(f"--buckets {args.buckets}: give a positive number of buckets, or 0 "
+                     "for none")
+    return args
 
 
 def executors(choice: str | None) -> list[str]:
@@ -237,7 +247,7 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
               else "warm (the check on a sample ran first, and each contender ran its sample "
                    "again right before its clock; timetile also ran once on the whole data, "
                    "which wakes a Python worker per core)")
-    own_ops = args.ops != OPS
+    own_ops = args.ops != OPS or args.buckets
     body = [
         f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- command: `{command}`",
@@ -258,8 +268,9 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
             *(goals(name, chosen, outcomes, args.timeout) or ["- no timetile contender ran"]),
         ]),
     ]
-    heading = f"{name}, scale {args.scale:g}" + (f", ops {','.join(args.ops)}" if own_ops
-                                                  else "")
+    heading = (f"{name}, scale {args.scale:g}"
+               + (f", ops {','.join(args.ops)}" if args.ops != OPS else "")
+               + (f", buckets {args.buckets}" if args.buckets else ""))
     print(f"\n## {heading}\n\n" + "\n".join(body) + "\n", flush=True)
     for line in checked:
         if line.startswith("WARNING"):
@@ -301,12 +312,13 @@ def main(argv: list[str] | None = None) -> None:
     everyone = contenders(names, segtree=segtree_default is not None,
                           max_key_events=args.max_key_events)
     chosen = select(everyone, args.only)
-    if args.ops != OPS:
+    if args.ops != OPS or args.buckets:
         if args.only and any(contender.family != "timetile" for contender in chosen):
-            sys.exit(f"--ops {','.join(args.ops)}: only timetile computes these ops; leave "
-                     "--only out, or give --only timetile")
+            sys.exit(f"--ops {','.join(args.ops)}{' --buckets' if args.buckets else ''}: "
+                     "only timetile computes these features; leave --only out, or give "
+                     "--only timetile")
         chosen = contenders(names, segtree=False, max_key_events=args.max_key_events,
-                            ops=args.ops)
+                            ops=args.ops, buckets=args.buckets)
     tmp = args.cache / "duckdb_tmp"
     tmp.mkdir(exist_ok=True)
     runner = Runner(spark, duck_threads=args.duckdb_threads, duck_tmp=tmp,

@@ -203,8 +203,9 @@ def backfill(
     executor: Annotated[str, typer.Option(
         help="auto (per part: sweep when it computes every aggregation, as it does count, "
              "sum, avg, min, max, variance, stddev, skew, kurtosis, unique_count, histogram, "
-             "top_k, bottom_k, first, last, first_k and last_k; else interval_tree for small "
-             "query sets, else tiled; a part mostly of sweep ops splits between the two), "
+             "top_k, bottom_k, first, last, first_k and last_k, bucketed or not; else "
+             "interval_tree for small query sets, else tiled; a part mostly of sweep ops "
+             "splits between the two), "
              "sweep, tiled, interval_tree or reference. See docs/engine.md.")
     ] = DEFAULT_EXECUTOR,
     partials: Annotated[str | None, typer.Option(

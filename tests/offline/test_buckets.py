@@ -67,10 +67,13 @@ def oracle_rows(spark: Any, join: tt.Join) -> list[Any]:
     return by_row(naive_backfill(join, spark).collect())
 
 
-@pytest.mark.parametrize("executor", ["tiled", "interval_tree", "reference", "auto"])
+@pytest.mark.parametrize("executor", ["sweep", "tiled", "interval_tree", "reference", "auto"])
 def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, oracle_rows: list[Any],
                                     executor: str) -> None:
-    frame = tt.backfill(join, spark, executor=executor)
+    job = tt.BackfillJob(join, spark, executor=executor)
+    frame = job.dataframe()
+    if executor == "auto":
+        assert job.report.path == "user: sweep"
     assert frame.columns[-len(join.output_columns()):] == join.output_columns()
     ours = by_row(frame.collect())
     assert len(ours) == len(oracle_rows) == 100
@@ -100,7 +103,7 @@ def test_names_and_types(spark: Any, join: tt.Join) -> None:
         string, T.ArrayType(T.LongType(), containsNull=False))
 
 
-@pytest.mark.parametrize("executor", ["tiled", "interval_tree", "reference", "auto"])
+@pytest.mark.parametrize("executor", ["sweep", "tiled", "interval_tree", "reference", "auto"])
 def test_the_contract_by_hand(spark: Any, executor: str) -> None:
     hour = 3_600_000
     events = spark.createDataFrame([

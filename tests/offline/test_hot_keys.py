@@ -186,7 +186,9 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
         tt.Aggregation("item", "first_k", k=2, windows=WINDOWS),
         *[tt.Aggregation("item", op, windows=WINDOWS) for op in ("unique_count", "histogram")],
         tt.Aggregation("quantity", "top_k", k=3, windows=WINDOWS),
-        tt.Aggregation("amount", "bottom_k", k=2, windows=WINDOWS)])
+        tt.Aggregation("amount", "bottom_k", k=2, windows=WINDOWS),
+        *[tt.Aggregation(column, op, windows=WINDOWS, buckets=["item"])  # a copy per bucket
+          for column, op in (("amount", "sum"), ("quantity", "histogram"))]])
     join = tt.Join("hot_keys", tt.EventSource(queries), [group_by])
     job = tt.BackfillJob(join, spark, max_key_events=150)
     ours = job.dataframe()

@@ -25,12 +25,12 @@ from timetile.core.aggregators import make_aggregator
 from timetile.core.aggregators.ordering import canonical, order_key
 from timetile.core.types import ValueType
 from timetile.offline.plan import Feature
-from timetile.offline.sweep_executor import (
+from timetile.offline.sweep_columns import (
+    SweptColumn,
     _by_value_rank,
-    _Column,
     _ends_of_runs,
-    _list_offsets,
-    _result,
+    feature_result,
+    list_offsets,
 )
 
 OPS = ("first", "last", "first_k", "last_k")
@@ -79,7 +79,7 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
     value_type, groups, times, values = table
     half = len(values) // 2  # two chunks, as a table of whole groups arrives
     column = pa.chunked_array([values[:half], values[half:]], type=ARROW_TYPES[value_type])
-    swept = _Column(column, np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64),
+    swept = SweptColumn(column, np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64),
                     4, value_type, query_times=np.zeros(0, dtype=np.int64),
                     query_offsets=np.zeros(5, dtype=np.int64))  # runs come from this test
     lows, highs, expected = [], [], {op: [] for op in OPS}
@@ -113,7 +113,7 @@ def test_the_multisets_of_each_run_equal_the_core_aggregators(
     value_type, groups, times, values = table
     queries.sort(key=lambda query: query[0])  # a key's queries together, bounds in any order
     query_offsets = np.searchsorted([group for group, _, _ in queries], np.arange(5))
-    swept = _Column(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
+    swept = SweptColumn(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
                     np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
                     value_type, query_times=np.zeros(len(queries), dtype=np.int64),
                     query_offsets=query_offsets.astype(np.int64))
@@ -146,7 +146,7 @@ def test_value_ranks_follow_the_value_order_of_the_core(
     """Two values share a rank exactly when the core ``unique_count`` counts them as one, and
     ranks ascend with the core's value order (NaN last, strings by code point)."""
     value_type, groups, times, values = table
-    swept = _Column(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
+    swept = SweptColumn(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
                     np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
                     value_type, query_times=np.zeros(0, dtype=np.int64),
                     query_offsets=np.zeros(5, dtype=np.int64))
@@ -170,19 +170,19 @@ def test_value_ranks_follow_the_value_order_of_the_core(
 
 def test_outputs_past_arrow_list_offsets_are_refused_by_name() -> None:
     """Arrow lists and maps address 2^31 − 1 entries: more is a clear error, not a wrap."""
-    assert _list_offsets(np.array([0, 3, 2**31 - 1]), "top_k").to_pylist()[-1] == 2**31 - 1
+    assert list_offsets(np.array([0, 3, 2**31 - 1]), "top_k").to_pylist()[-1] == 2**31 - 1
     with pytest.raises(ValueError, match=r"histogram: .* 2,147,483,648 entries .* smaller k"):
-        _list_offsets(np.array([0, 2**31]), "histogram")
+        list_offsets(np.array([0, 2**31]), "histogram")
 
 
 def _swept(op: str, values: list[float]) -> Any:
     """``op`` of ``values`` (floats, one key, times 0, 1, …) over a lifetime, by the sweep."""
-    swept = _Column(pa.chunked_array([values], type=pa.float64()), np.arange(len(values)),
+    swept = SweptColumn(pa.chunked_array([values], type=pa.float64()), np.arange(len(values)),
                     np.zeros(len(values), dtype=np.int64), 1, ValueType.FLOAT,
                     query_times=np.array([len(values) + 5]), query_offsets=np.array([0, 1]))
     feature = Feature("f", tt.Aggregation("v", op, k=2 if op.endswith("_k") else None), None,
                       ValueType.FLOAT)
-    return _result(feature, swept).to_pylist()[0]
+    return feature_result(feature, swept).to_pylist()[0]
 
 
 @pytest.mark.parametrize("values", [[-math.nan, -0.0], [-0.0, -math.nan]])

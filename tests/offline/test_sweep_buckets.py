@@ -1,0 +1,144 @@
+"""Bucketed features on the sweep equal the core's ``Bucketed`` aggregator, query by query.
+
+No Spark: hypothesis draws a table of whole groups as the sweep sees it (grouped, in time
+order), with times from a few seconds so that events fall exactly on window bounds, buckets
+from a few strings with ``''`` and nulls, values with nulls, NaN and ±inf; the queries of
+each group in time order, some before every event and some long after. Every query's map
+must equal what :class:`~timetile.core.aggregators.Bucketed` folds from the events of its
+window by brute force, for ops of every family the sweep has and every window kind.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import timetile as tt
+from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
+from timetile.core.types import ValueType
+from timetile.offline.plan import Feature, query_bounds
+from timetile.offline.sweep_buckets import BucketedColumn, bucket_layout
+
+SECOND = 1_000
+GROUPS = 3
+WINDOWS: list[tt.Window | None] = [
+    None, tt.Window("3s"), tt.Window("4s", hop="2s"), tt.Window("4s", hop="2s", kind="hopping")]
+OPS: list[tuple[str, int | None]] = [
+    ("count", None), ("sum", None), ("avg", None), ("max", None), ("variance", None),
+    ("last", None), ("first_k", 2), ("unique_count", None), ("histogram", None),
+    ("top_k", 2)]
+VALUES: dict[ValueType, st.SearchStrategy[Any]] = {
+    ValueType.INT: st.integers(-3, 3),
+    ValueType.FLOAT: st.sampled_from([0.0, -0.0, 1.5, -2.0, math.nan, math.inf, -math.inf]),
+}
+BUCKETS = st.none() | st.sampled_from(["", "a", "b", "ä", "🙂"])
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> dict[str, Any]:
+    """Events (group, time, bucket, value) grouped and in time order, and queries (group,
+    time) likewise, with a value type."""
+    value_type = draw(st.sampled_from(list(VALUES)))
+    events = sorted(draw(st.lists(
+        st.tuples(st.integers(0, GROUPS - 1), st.integers(0, 8), BUCKETS,
+                  st.none() | VALUES[value_type]), max_size=40)),
+        key=lambda event: (event[0], event[1]))
+    queries = sorted(draw(st.lists(st.tuples(st.integers(0, GROUPS - 1), st.integers(-1, 14)),
+                                   max_size=15)))
+    return {"type": value_type, "events": events, "queries": queries}
+
+
+def same(one: Any, other: Any) -> bool:
+    """Equal, NaN to NaN, floats to 1e-12 (sums and moments may round differently)."""
+    if isinstance(one, dict) and isinstance(other, dict):  # keys in order, NaN keys too
+        return same(list(one.items()), list(other.items()))
+    if isinstance(one, tuple) and isinstance(other, tuple):
+        return len(one) == len(other) and all(map(same, one, other))
+    if isinstance(one, list) and isinstance(other, list):
+        return len(one) == len(other) and all(map(same, one, other))
+    if isinstance(one, float) and isinstance(other, float):
+        if math.isnan(one) or math.isnan(other):
+            return math.isnan(one) and math.isnan(other)
+        return math.isclose(one, other, rel_tol=1e-12) and (one != 0 or str(one) == str(other))
+    return type(one) is type(other) and one == other
+
+
+def as_maps(arrow: pa.Array) -> list[Any]:
+    """Arrow gives a map as a list of pairs: back to dicts, nested maps too."""
+    def back(value: Any) -> Any:
+        if isinstance(value, list) and value and isinstance(value[0], tuple):
+            return {key: back(item) for key, item in value}
+        return value
+    return [None if row is None else back(row) for row in arrow.to_pylist()]
+
+
+@settings(max_examples=250, deadline=None)
+@given(tables(), st.lists(st.sampled_from(WINDOWS), min_size=1, max_size=3, unique=True))
+def test_bucketed_features_equal_the_core(table: dict[str, Any],
+                                         windows: list[tt.Window | None]) -> None:
+    """Features over one column and bucket share the copies of their widest window."""
+    value_type, events, queries = table["type"], table["events"], table["queries"]
+    groups = np.array([event[0] for event in events], dtype=np.int64)
+    times = np.array([event[1] * SECOND for event in events], dtype=np.int64)
+    buckets = pa.chunked_array([[event[2] for event in events]], type=pa.string())
+    arrow_type = pa.int64() if value_type is ValueType.INT else pa.float64()
+    values = pa.chunked_array([[event[3] for event in events]], type=arrow_type)
+    query_times = np.array([query[1] * SECOND for query in queries], dtype=np.int64)
+    query_offsets = np.searchsorted([query[0] for query in queries],
+                                    np.arange(GROUPS + 1)).astype(np.int64)
+    swept = BucketedColumn(values, buckets, times=times, groups=groups, value_type=value_type,
+                            windows=windows, query_times=query_times,
+                            query_offsets=query_offsets)
+    for window, (op, k) in ((window, op) for window in windows for op in OPS):
+        starts, ends = query_bounds(window, query_times)
+        feature = Feature("f", tt.Aggregation("v", op, k=k), window, value_type, "b")
+        got = as_maps(swept.result(feature))
+        aggregator = Bucketed(make_aggregator(op, value_type, k=k))
+        for index, (group, _) in enumerate(queries):
+            seen = [event for event in events if event[0] == group
+                    and event[2] is not None and event[3] is not None
+                    and starts[index] <= event[1] * SECOND < ends[index]]
+            folded = aggregator.fold(
+                bucketed_values([event[2] for event in seen],
+                                np.array([event[3] for event in seen],
+                                         dtype=value_type.numpy_dtype), value_type),
+                np.array([event[1] * SECOND for event in seen], dtype=np.int64))
+            expected = aggregator.finalize(folded)
+            assert same(got[index], expected), (op, window, queries[index], got[index],
+                                                 expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables(), st.sampled_from(WINDOWS))
+def test_each_query_is_copied_only_to_the_buckets_it_can_see(
+        table: dict[str, Any], window: tt.Window | None) -> None:
+    """A copy goes to every (group, bucket) whose events a query's window holds, and to no
+    bucket whose events all lie before its window or after it."""
+    events = [event for event in table["events"] if event[2] is not None]
+    queries = table["queries"]
+    query_times = np.array([query[1] * SECOND for query in queries], dtype=np.int64)
+    starts, ends = query_bounds(window, query_times)
+    layout = bucket_layout(
+        pa.array([event[2] for event in events], type=pa.string()),
+        np.array([event[0] for event in events], dtype=np.int64),
+        np.array([event[1] * SECOND for event in events], dtype=np.int64),
+        query_offsets=np.searchsorted([query[0] for query in queries], np.arange(GROUPS + 1)),
+        query_starts=starts, query_ends=ends)
+    buckets = layout.buckets.to_pylist()
+    assert buckets == sorted(set(buckets))  # code-point order, each once
+    copied = {(int(query), buckets[bucket])
+              for query, bucket in zip(layout.copy_queries, layout.copy_buckets, strict=True)}
+    assert len(copied) == len(layout.copy_queries)  # no query copied twice to one bucket
+    for index, (group, _) in enumerate(queries):
+        for bucket in buckets:
+            seen = [event[1] * SECOND for event in events
+                    if event[0] == group and event[2] == bucket]
+            holds = any(starts[index] <= time < ends[index] for time in seen)
+            reaches = bool(seen) and ends[index] > min(seen) and starts[index] <= max(seen)
+            assert ((index, bucket) in copied) == reaches, (index, bucket)
+            assert reaches or not holds
