@@ -2,7 +2,7 @@
 
 Random data (:mod:`timetile.testing.generators`): ``item`` is the bucket, with ``''``, nulls,
 accented, CJK and emoji strings; ``parity`` (``quantity % 3`` as a string, null where the
-quantity is) is a second bucket column. Windows: sliding, sawtooth and lifetime.
+quantity is) is a second bucket column. Windows: sliding, sawtooth, hopping and lifetime.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from timetile.testing import (
 pytestmark = pytest.mark.spark
 
 WINDOWS: list[str | tt.Window] = ["1h", "1d", tt.Window("1d", hop="1h")]
+HOPPING = tt.Window("1d", hop="6h", kind="hopping")
 BUCKETED = [
     ("amount", "count", {}),
     ("quantity", "sum", {}),
@@ -44,6 +45,9 @@ def aggregations() -> list[tt.Aggregation]:
         made.append(tt.Aggregation(column, op, windows=WINDOWS, buckets=["item"], **params))
         made.append(tt.Aggregation(column, op, buckets=["item", "parity"], **params))
     made.append(tt.Aggregation("amount", "sum", windows=["1d"]))  # a plain one beside them
+    # Without a lifetime window beside them: the sweep cuts a bucket's events a reach apart.
+    made.append(tt.Aggregation("flag", "count", windows=["1h", HOPPING], buckets=["item"]))
+    made.append(tt.Aggregation("flag", "histogram", windows=["1h"], buckets=["parity"]))
     return made
 
 

@@ -1,11 +1,13 @@
 """Bucketed features on the sweep equal the core's ``Bucketed`` aggregator, query by query.
 
 No Spark: hypothesis draws a table of whole groups as the sweep sees it (grouped, in time
-order), with times from a few seconds so that events fall exactly on window bounds, buckets
-from a few strings with ``''`` and nulls, values with nulls, NaN and ±inf; the queries of
-each group in time order, some before every event and some long after. Every query's map
-must equal what :class:`~timetile.core.aggregators.Bucketed` folds from the events of its
-window by brute force, for ops of every family the sweep has and every window kind.
+order), with times from a few seconds so that events fall exactly on window bounds and a
+bucket's events often lie a window's reach apart (two sessions), buckets from a few strings
+with ``''`` and nulls, values of every type with nulls, NaN and ±inf; the queries of each
+group in time order, some before every event and some long after. Every query's map must
+equal what :class:`~timetile.core.aggregators.Bucketed` folds from the events of its window
+by brute force, for ops of every family the sweep has and every window kind; the copies of
+the queries must be as few as promised.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 import timetile as tt
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.types import ValueType
+from timetile.offline.hot_keys import windows_reach
 from timetile.offline.plan import Feature, query_bounds
 from timetile.offline.sweep_buckets import BucketedColumn, bucket_layout
 
@@ -28,14 +31,20 @@ SECOND = 1_000
 GROUPS = 3
 WINDOWS: list[tt.Window | None] = [
     None, tt.Window("3s"), tt.Window("4s", hop="2s"), tt.Window("4s", hop="2s", kind="hopping")]
+#: Ops of every column type, then those of numbers alone.
 OPS: list[tuple[str, int | None]] = [
-    ("count", None), ("sum", None), ("avg", None), ("max", None), ("variance", None),
-    ("last", None), ("first_k", 2), ("unique_count", None), ("histogram", None),
-    ("top_k", 2)]
+    ("count", None), ("last", None), ("first_k", 2), ("unique_count", None),
+    ("histogram", None), ("top_k", 2)]
+NUMBER_OPS: list[tuple[str, int | None]] = [
+    ("sum", None), ("avg", None), ("max", None), ("variance", None)]
 VALUES: dict[ValueType, st.SearchStrategy[Any]] = {
     ValueType.INT: st.integers(-3, 3),
     ValueType.FLOAT: st.sampled_from([0.0, -0.0, 1.5, -2.0, math.nan, math.inf, -math.inf]),
+    ValueType.STRING: st.sampled_from(["", "x", "é", "🙂"]),
+    ValueType.BOOL: st.booleans(),
 }
+ARROW_TYPES = {ValueType.INT: pa.int64(), ValueType.FLOAT: pa.float64(),
+               ValueType.STRING: pa.string(), ValueType.BOOL: pa.bool_()}
 BUCKETS = st.none() | st.sampled_from(["", "a", "b", "ä", "🙂"])
 
 
@@ -45,10 +54,10 @@ def tables(draw: st.DrawFn) -> dict[str, Any]:
     time) likewise, with a value type."""
     value_type = draw(st.sampled_from(list(VALUES)))
     events = sorted(draw(st.lists(
-        st.tuples(st.integers(0, GROUPS - 1), st.integers(0, 8), BUCKETS,
+        st.tuples(st.integers(0, GROUPS - 1), st.integers(0, 12), BUCKETS,
                   st.none() | VALUES[value_type]), max_size=40)),
         key=lambda event: (event[0], event[1]))
-    queries = sorted(draw(st.lists(st.tuples(st.integers(0, GROUPS - 1), st.integers(-1, 14)),
+    queries = sorted(draw(st.lists(st.tuples(st.integers(0, GROUPS - 1), st.integers(-1, 19)),
                                    max_size=15)))
     return {"type": value_type, "events": events, "queries": queries}
 
@@ -77,7 +86,7 @@ def as_maps(arrow: pa.Array) -> list[Any]:
     return [None if row is None else back(row) for row in arrow.to_pylist()]
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(tables(), st.lists(st.sampled_from(WINDOWS), min_size=1, max_size=3, unique=True))
 def test_bucketed_features_equal_the_core(table: dict[str, Any],
                                          windows: list[tt.Window | None]) -> None:
@@ -86,15 +95,16 @@ def test_bucketed_features_equal_the_core(table: dict[str, Any],
     groups = np.array([event[0] for event in events], dtype=np.int64)
     times = np.array([event[1] * SECOND for event in events], dtype=np.int64)
     buckets = pa.chunked_array([[event[2] for event in events]], type=pa.string())
-    arrow_type = pa.int64() if value_type is ValueType.INT else pa.float64()
-    values = pa.chunked_array([[event[3] for event in events]], type=arrow_type)
+    values = pa.chunked_array([[event[3] for event in events]], type=ARROW_TYPES[value_type])
     query_times = np.array([query[1] * SECOND for query in queries], dtype=np.int64)
     query_offsets = np.searchsorted([query[0] for query in queries],
                                     np.arange(GROUPS + 1)).astype(np.int64)
     swept = BucketedColumn(values, buckets, times=times, groups=groups, value_type=value_type,
-                            windows=windows, query_times=query_times,
-                            query_offsets=query_offsets)
-    for window, (op, k) in ((window, op) for window in windows for op in OPS):
+                           windows=windows, query_times=query_times,
+                           query_offsets=query_offsets)
+    swept.layout._check(query_offsets)
+    ops = OPS + (NUMBER_OPS if value_type.numeric else [])
+    for window, (op, k) in ((window, op) for window in windows for op in ops):
         starts, ends = query_bounds(window, query_times)
         feature = Feature("f", tt.Aggregation("v", op, k=k), window, value_type, "b")
         got = as_maps(swept.result(feature))
@@ -113,32 +123,61 @@ def test_bucketed_features_equal_the_core(table: dict[str, Any],
                                                  expected)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(tables(), st.sampled_from(WINDOWS))
-def test_each_query_is_copied_only_to_the_buckets_it_can_see(
+def test_queries_are_copied_to_the_buckets_they_see_and_few_others(
         table: dict[str, Any], window: tt.Window | None) -> None:
-    """A copy goes to every (group, bucket) whose events a query's window holds, and to no
-    bucket whose events all lie before its window or after it."""
+    """Every (query, bucket) whose window holds an event of the bucket has a copy, once.
+
+    A sliding or lifetime window's copies all hold an event (the copies are exactly the
+    maps' entries); a hopping or sawtooth window's copy may fall in a gap between two events
+    of its bucket, but never one as long as the window's reach.
+    """
     events = [event for event in table["events"] if event[2] is not None]
     queries = table["queries"]
     query_times = np.array([query[1] * SECOND for query in queries], dtype=np.int64)
+    query_offsets = np.searchsorted([query[0] for query in queries], np.arange(GROUPS + 1))
     starts, ends = query_bounds(window, query_times)
+    reach = windows_reach([window])
     layout = bucket_layout(
         pa.array([event[2] for event in events], type=pa.string()),
         np.array([event[0] for event in events], dtype=np.int64),
-        np.array([event[1] * SECOND for event in events], dtype=np.int64),
-        query_offsets=np.searchsorted([query[0] for query in queries], np.arange(GROUPS + 1)),
-        query_starts=starts, query_ends=ends)
+        np.array([event[1] * SECOND for event in events], dtype=np.int64), reach=reach,
+        query_offsets=query_offsets, query_starts=starts, query_ends=ends)
+    layout._check(query_offsets)
     buckets = layout.buckets.to_pylist()
-    assert buckets == sorted(set(buckets))  # code-point order, each once
+    copy_buckets = np.repeat(layout.session_buckets, np.diff(layout.copy_offsets))
     copied = {(int(query), buckets[bucket])
-              for query, bucket in zip(layout.copy_queries, layout.copy_buckets, strict=True)}
-    assert len(copied) == len(layout.copy_queries)  # no query copied twice to one bucket
+              for query, bucket in zip(layout.copy_queries, copy_buckets, strict=True)}
+    tight = window is None or window.hop is None
     for index, (group, _) in enumerate(queries):
         for bucket in buckets:
             seen = [event[1] * SECOND for event in events
                     if event[0] == group and event[2] == bucket]
             holds = any(starts[index] <= time < ends[index] for time in seen)
-            reaches = bool(seen) and ends[index] > min(seen) and starts[index] <= max(seen)
-            assert ((index, bucket) in copied) == reaches, (index, bucket)
-            assert reaches or not holds
+            if holds or tight:
+                assert ((index, bucket) in copied) == holds, (index, bucket)
+            elif (index, bucket) in copied:  # within a gap shorter than the reach
+                assert reach is not None
+                assert any(starts[index] - reach < time < ends[index] + reach
+                           for time in seen), (index, bucket)
+
+
+def test_a_bucket_is_cut_where_its_events_lie_a_reach_apart() -> None:
+    """Events a reach apart are two sessions, which no window spans; events a millisecond
+    closer are one, which a sliding or sawtooth window can hold whole (a hopping window
+    ends a hop early, so its reach is longer than it: the cut is safe, not tight)."""
+    for window in WINDOWS[1:]:
+        reach = windows_reach([window])
+        assert reach is not None
+        for gap, sessions in ((reach, 2), (reach - 1, 1)):
+            times = np.array([0, gap], dtype=np.int64)
+            query_times = np.arange(-1, gap + reach + 2, dtype=np.int64)
+            starts, ends = query_bounds(window, query_times)
+            layout = bucket_layout(pa.array(["a", "a"]), np.zeros(2, dtype=np.int64), times,
+                                   reach=reach, query_offsets=np.array([0, len(query_times)]),
+                                   query_starts=starts, query_ends=ends)
+            layout._check(np.array([0, len(query_times)]))
+            assert layout.sessions == sessions, (window, gap)
+            both = (starts <= 0) & (ends > gap)  # a window holds both events
+            assert not both.any() if sessions == 2 else (both.any() or window.kind == "hopping")

@@ -79,9 +79,10 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
     value_type, groups, times, values = table
     half = len(values) // 2  # two chunks, as a table of whole groups arrives
     column = pa.chunked_array([values[:half], values[half:]], type=ARROW_TYPES[value_type])
-    swept = SweptColumn(column, np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64),
-                    4, value_type, query_times=np.zeros(0, dtype=np.int64),
-                    query_offsets=np.zeros(5, dtype=np.int64))  # runs come from this test
+    swept = SweptColumn(column, np.array(times, dtype=np.int64),
+                        np.array(groups, dtype=np.int64), 4, value_type,
+                        query_times=np.zeros(0, dtype=np.int64),
+                        query_offsets=np.zeros(5, dtype=np.int64))  # runs come from this test
     lows, highs, expected = [], [], {op: [] for op in OPS}
     for group, one, other in queries:
         start, end = min(one, other), max(one, other)  # a window: start <= end
@@ -114,9 +115,9 @@ def test_the_multisets_of_each_run_equal_the_core_aggregators(
     queries.sort(key=lambda query: query[0])  # a key's queries together, bounds in any order
     query_offsets = np.searchsorted([group for group, _, _ in queries], np.arange(5))
     swept = SweptColumn(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
-                    np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
-                    value_type, query_times=np.zeros(len(queries), dtype=np.int64),
-                    query_offsets=query_offsets.astype(np.int64))
+                        np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
+                        value_type, query_times=np.zeros(len(queries), dtype=np.int64),
+                        query_offsets=query_offsets.astype(np.int64))
     lows, highs, expected = [], [], {op: [] for op in VALUE_RANK_OPS}
     for group, one, other in queries:
         start, end = min(one, other), max(one, other)
@@ -147,9 +148,9 @@ def test_value_ranks_follow_the_value_order_of_the_core(
     ranks ascend with the core's value order (NaN last, strings by code point)."""
     value_type, groups, times, values = table
     swept = SweptColumn(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
-                    np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
-                    value_type, query_times=np.zeros(0, dtype=np.int64),
-                    query_offsets=np.zeros(5, dtype=np.int64))
+                        np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
+                        value_type, query_times=np.zeros(0, dtype=np.int64),
+                        query_offsets=np.zeros(5, dtype=np.int64))
     ranks, by_rank = swept.value_ranks()
     kept = [value for value in values if value is not None]
     assert len(ranks) == len(kept)
@@ -177,9 +178,10 @@ def test_outputs_past_arrow_list_offsets_are_refused_by_name() -> None:
 
 def _swept(op: str, values: list[float]) -> Any:
     """``op`` of ``values`` (floats, one key, times 0, 1, …) over a lifetime, by the sweep."""
-    swept = SweptColumn(pa.chunked_array([values], type=pa.float64()), np.arange(len(values)),
-                    np.zeros(len(values), dtype=np.int64), 1, ValueType.FLOAT,
-                    query_times=np.array([len(values) + 5]), query_offsets=np.array([0, 1]))
+    swept = SweptColumn(pa.chunked_array([values], type=pa.float64()),
+                        np.arange(len(values)), np.zeros(len(values), dtype=np.int64), 1,
+                        ValueType.FLOAT, query_times=np.array([len(values) + 5]),
+                        query_offsets=np.array([0, 1]))
     feature = Feature("f", tt.Aggregation("v", op, k=2 if op.endswith("_k") else None), None,
                       ValueType.FLOAT)
     return feature_result(feature, swept).to_pylist()[0]

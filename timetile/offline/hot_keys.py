@@ -43,7 +43,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from timetile.api.windows import window_spec
+from timetile.api.windows import Window, window_spec
 from timetile.core.timeutil import UNIT_MS, format_duration, ms_to_iso
 from timetile.core.windows import window_reach
 from timetile.spark.sources import TIME
@@ -244,7 +244,15 @@ def worth_tallying(frames: Sequence[DataFrame], max_rows: int) -> bool:
 
 def part_reach(plan: PartPlan) -> int | None:
     """Return how far back the part's windows reach (ms), or None if one is lifetime."""
-    reaches = [window_reach(*window_spec(feature.window)) for feature in plan.features]
+    return windows_reach([feature.window for feature in plan.features])
+
+
+def windows_reach(windows: Sequence[Window | None]) -> int | None:
+    """Return how far back ``windows`` reach (ms), or None if one is lifetime.
+
+    The most any of them does (:func:`~timetile.core.windows.window_reach`); 0 for none.
+    """
+    reaches = [window_reach(*window_spec(window)) for window in windows]
     if any(reach is None for reach in reaches):
         return None
     return max((reach for reach in reaches if reach is not None), default=0)

@@ -8,21 +8,25 @@ kernels keep one running value per window, so a bucketed feature is rewritten in
 problem they already solve:
 
 - the column's events that have both a value and a bucket are regrouped by (group, bucket),
-  in time order within each such *subgroup*;
-- every subgroup gets its own copy of the queries of its group that can see it: those whose
-  window ends after the subgroup's first event and starts at or before its last (one
+  in time order, and cut into *sessions* wherever two events of a pair lie at least the
+  reach of the windows apart (no window holds both; a lifetime window is never cut);
+- every session gets its own copy of the queries of its group that can see it: those whose
+  window ends after the session's first event and starts at or before its last (one
   contiguous run of the group's queries, since no window kind's bounds move back). The
   features over one column and bucket share their copies, made for the widest reach of
-  their windows (per query, the earliest start and the latest end);
+  their windows (per query, the earliest start and the latest end), so a query gets at most
+  one copy per bucket: a window spanning two sessions would be longer than the reach;
 - the kernels answer every copy, and each query's map gathers the copies whose window held
   at least one of the bucket's events, buckets in code-point order (Arrow compares UTF-8
   bytes, which orders code points alike). A query without such a copy gets null.
 
-Cost: O(n log n) to regroup n events (a sort), plus the kernels' cost over the copies. The
-copies of a query are one per bucket its widest window sees, plus the buckets whose events
-fall only in gaps within that reach: with sliding windows, about the size of the widest
-window's output, and with a lifetime window exactly that (a bucket, once seen, stays in
-every later map). Narrower windows of the same column and bucket sweep those copies too.
+Cost: O(n log n) to regroup n events (one sort), plus the kernels' cost over the copies.
+With sliding windows every copy holds an event of the widest window (a window of the reach
+cannot fall in a gap shorter than the reach), so the copies are exactly the entries of the
+widest window's maps; with a lifetime window, exactly those of its maps (a bucket, once seen,
+stays in every later map). A hopping or sawtooth window can fall in a gap within a session
+and give its copy nothing; still at most one copy per query and bucket. Narrower windows of
+the same column and bucket sweep the widest one's copies too.
 """
 
 from __future__ import annotations
@@ -36,34 +40,45 @@ import pyarrow.compute as pc
 from timetile.api.windows import Window
 from timetile.core.kernels.sweep import window_runs
 from timetile.core.types import ValueType
+from timetile.offline.hot_keys import windows_reach
 from timetile.offline.plan import Feature, query_bounds
-from timetile.offline.sweep_columns import SweptColumn, feature_result, list_offsets
+from timetile.offline.sweep_columns import (
+    SweptColumn,
+    dictionary_ranks,
+    feature_result,
+    list_offsets,
+)
 
 
 @dataclass(frozen=True)
 class BucketLayout:
-    """Events regrouped by (group, bucket), and the queries copied to each such subgroup.
+    """Events regrouped into sessions of one (group, bucket), and the queries copied to each.
 
     Attributes:
-        event_order: for each regrouped event, its index among the events given, subgroup
-            by subgroup, in time order within each.
-        event_subgroups: the subgroup of each regrouped event (non-decreasing).
-        subgroups: how many (group, bucket) pairs hold events.
+        event_order: for each regrouped event, its index among the events given, session
+            by session, in time order within each.
+        event_sessions: the session of each regrouped event (non-decreasing).
+        session_groups: the group of each session.
+        session_buckets: the bucket of each session, as an index into ``buckets``.
         copy_queries: for each copy, the index of the query it copies; the copies of each
-            subgroup are contiguous and in time order.
-        copy_offsets: where each subgroup's copies start (length ``subgroups + 1``).
-        copy_buckets: each copy's bucket, as an index into ``buckets``.
+            session are contiguous and in time order.
+        copy_offsets: where each session's copies start (length sessions + 1).
         buckets: the distinct bucket values, in code-point order.
 
     """
 
     event_order: np.ndarray
-    event_subgroups: np.ndarray
-    subgroups: int
+    event_sessions: np.ndarray
+    session_groups: np.ndarray
+    session_buckets: np.ndarray
     copy_queries: np.ndarray
     copy_offsets: np.ndarray
-    copy_buckets: np.ndarray
     buckets: pa.Array
+
+    @property
+    def sessions(self) -> int:
+        """How many sessions hold events."""
+        return len(self.session_groups)
 
     def entries(self, held: np.ndarray, queries: int) -> tuple[np.ndarray, np.ndarray,
                                                                np.ndarray]:
@@ -76,60 +91,76 @@ class BucketLayout:
         """
         copies = np.flatnonzero(held)
         owners = self.copy_queries[copies]
-        ranks = self.copy_buckets[copies]
-        # The copies come subgroup by subgroup, (group, bucket) ascending, so a stable sort
-        # by query leaves each query's entries in bucket order.
+        buckets = np.repeat(self.session_buckets, np.diff(self.copy_offsets))[copies]
+        # The copies come session by session, (group, bucket, time) ascending, and a query
+        # has at most one per bucket, so a stable sort by query leaves them in bucket order.
         order = np.argsort(owners, kind="stable")
         per_query = np.bincount(owners, minlength=queries)
         offsets = np.concatenate([[0], np.cumsum(per_query)]).astype(np.int64)
-        return offsets, copies[order], ranks[order]
+        return offsets, copies[order], buckets[order]
+
+    def _check(self, query_offsets: np.ndarray) -> None:
+        """Assert the layout's invariants, for ``query_offsets`` as given. O(n + c log c)."""
+        sessions = self.sessions
+        assert np.all(np.diff(self.event_sessions) >= 0)
+        assert np.array_equal(np.unique(self.event_sessions), np.arange(sessions))
+        assert len(self.copy_offsets) == sessions + 1
+        assert self.copy_offsets[0] == 0
+        assert np.all(np.diff(self.copy_offsets) >= 0)
+        assert self.copy_offsets[-1] == len(self.copy_queries)
+        owner_groups = np.repeat(self.session_groups, np.diff(self.copy_offsets))
+        assert np.all(query_offsets[owner_groups] <= self.copy_queries)
+        assert np.all(self.copy_queries < query_offsets[owner_groups + 1])
+        copied = np.repeat(self.session_buckets, np.diff(self.copy_offsets))
+        pairs = self.copy_queries * max(len(self.buckets), 1) + copied
+        assert len(np.unique(pairs)) == len(pairs), "a query copied twice to one bucket"
+        names = self.buckets.to_pylist()
+        assert names == sorted(set(names)), "buckets not distinct, or not in code-point order"
 
 
 def bucket_layout(buckets: pa.Array, groups: np.ndarray, times: np.ndarray, *,
-                  query_offsets: np.ndarray, query_starts: np.ndarray,
+                  reach: int | None, query_offsets: np.ndarray, query_starts: np.ndarray,
                   query_ends: np.ndarray) -> BucketLayout:
-    """Regroup events by (group, bucket) and copy each group's queries to its subgroups.
+    """Regroup events into sessions of one (group, bucket); copy queries to each session.
 
     ``buckets``, ``groups`` and ``times`` describe the events that have a value and a bucket
-    (no nulls), grouped and in time order within each group; ``query_offsets`` delimits each
-    group's queries (length groups + 1), whose windows are ``[query_starts, query_ends)``,
-    in time order within each group. O((n + s) log n) for n events and s subgroups, plus the
-    copies.
+    (no nulls), grouped and in time order within each group. Two events of one (group,
+    bucket) at least ``reach`` apart fall in different sessions (None: never). Each
+    group's queries, delimited by ``query_offsets`` (length groups + 1) and in time order,
+    have the windows ``[query_starts, query_ends)``, which no window kind moves back and
+    none longer than ``reach``. O(n log n + s log q) for n events, s sessions and q
+    queries, plus O(1) per copy.
     """
-    encoded = pc.dictionary_encode(buckets)
-    order = pc.array_sort_indices(encoded.dictionary).to_numpy()
-    rank_of_entry = np.empty(len(order), dtype=np.int64)
-    rank_of_entry[order] = np.arange(len(order))
-    ranks = rank_of_entry[encoded.indices.to_numpy(zero_copy_only=False)]
-    pairs = groups.astype(np.int64) * max(len(order), 1) + ranks
-    distinct, subgroup_of_event = np.unique(pairs, return_inverse=True)
-    subgroup_of_event = subgroup_of_event.reshape(-1)
-    event_order = np.argsort(subgroup_of_event, kind="stable")
-    event_subgroups = subgroup_of_event[event_order]
-    group_of_subgroup = distinct // max(len(order), 1)
-    bucket_of_subgroup = distinct % max(len(order), 1)
-    # The subgroups' first and last event times, and per group where its subgroups start.
-    ordered_times = times[event_order]
-    event_offsets = np.searchsorted(event_subgroups, np.arange(len(distinct) + 1))
-    firsts = ordered_times[event_offsets[:-1]]
+    ranks, by_rank = dictionary_ranks(buckets)
+    width = max(len(by_rank), 1)  # (group, bucket) as one integer
+    pairs = groups.astype(np.int64) * width + ranks
+    event_order = np.argsort(pairs, kind="stable")  # time order within each pair stays
+    pairs, ordered_times = pairs[event_order], times[event_order]
+    starts = np.ones(len(pairs), dtype=bool)
+    starts[1:] = pairs[1:] != pairs[:-1]
+    if reach is not None:  # no window holds two events this far apart
+        starts[1:] |= np.diff(ordered_times) >= reach
+    first_events = np.flatnonzero(starts)
+    event_offsets = np.append(first_events, len(pairs))
+    session_groups, session_buckets = np.divmod(pairs[first_events], width)
+    firsts = ordered_times[first_events]
     lasts = ordered_times[event_offsets[1:] - 1]
-    subgroup_offsets = np.searchsorted(group_of_subgroup, np.arange(len(query_offsets)))
     # A copy is needed where the window ends after the first event and starts at or before
     # the last: from the first query whose end passes `first` to the last whose start does
     # not pass `last`. Both searches read a group's query bounds, sorted within the group,
     # as window_runs reads a group's event times.
     query_offsets = query_offsets.astype(np.int64)
+    session_offsets = np.searchsorted(session_groups, np.arange(len(query_offsets)))
     after_first, _ = window_runs(query_ends.astype(np.int64), query_offsets,
-                                 subgroup_offsets.astype(np.int64), firsts + 1, firsts + 1)
+                                 session_offsets.astype(np.int64), firsts + 1, firsts + 1)
     through_last, _ = window_runs(query_starts.astype(np.int64), query_offsets,
-                                  subgroup_offsets.astype(np.int64), lasts + 1, lasts + 1)
+                                  session_offsets.astype(np.int64), lasts + 1, lasts + 1)
     counts = np.maximum(through_last - after_first, 0)
     copy_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     copy_queries = (np.repeat(after_first - copy_offsets[:-1], counts)
                     + np.arange(copy_offsets[-1], dtype=np.int64))
-    return BucketLayout(event_order, event_subgroups, len(distinct), copy_queries,
-                        copy_offsets, np.repeat(bucket_of_subgroup, counts),
-                        encoded.dictionary.take(pa.array(order)))
+    return BucketLayout(event_order, np.cumsum(starts) - 1, session_groups, session_buckets,
+                        copy_queries, copy_offsets, by_rank)
 
 
 class BucketedColumn:
@@ -140,7 +171,9 @@ class BucketedColumn:
     of its windows), shared by every window: a narrower window's copies that see nothing
     give no entry. One :class:`~timetile.offline.sweep_columns.SweptColumn` sweeps them
     all, so its caches (runs, sums, moments, value ranks) serve every feature over this
-    column and bucket.
+    column and bucket. Building costs what :func:`bucket_layout` costs; each feature
+    then costs its op's kernels over the copies, plus O(c log c) once per window to
+    gather c copies into maps.
     """
 
     def __init__(self, values: pa.ChunkedArray, buckets: pa.ChunkedArray, *,
@@ -150,14 +183,14 @@ class BucketedColumn:
         both = pc.and_(pc.is_valid(values), pc.is_valid(buckets))
         kept = both.to_numpy(zero_copy_only=False)
         bounds = [query_bounds(window, query_times) for window in windows]
-        starts = np.minimum.reduce([start for start, _ in bounds])
-        ends = np.maximum.reduce([end for _, end in bounds])
         self.layout = layout = bucket_layout(
             pc.filter(buckets, both).combine_chunks(), groups[kept], times[kept],
-            query_offsets=query_offsets, query_starts=starts, query_ends=ends)
+            reach=windows_reach(windows), query_offsets=query_offsets,
+            query_starts=np.minimum.reduce([start for start, _ in bounds]),
+            query_ends=np.maximum.reduce([end for _, end in bounds]))
         self.column = SweptColumn(pc.filter(values, both).take(pa.array(layout.event_order)),
-                                  times[kept][layout.event_order], layout.event_subgroups,
-                                  layout.subgroups, value_type,
+                                  times[kept][layout.event_order], layout.event_sessions,
+                                  layout.sessions, value_type,
                                   query_times=query_times[layout.copy_queries],
                                   query_offsets=layout.copy_offsets)
         self.queries = len(query_times)
@@ -171,11 +204,11 @@ class BucketedColumn:
         window = feature.window
         if window not in self._entries:  # once per window, for every op
             lows, highs = self.column.runs(window)
-            offsets, copies, ranks = self.layout.entries(highs > lows, self.queries)
+            offsets, copies, buckets = self.layout.entries(highs > lows, self.queries)
             self._entries[window] = (offsets, pa.array(copies),
-                                     self.layout.buckets.take(pa.array(ranks)))
+                                     self.layout.buckets.take(pa.array(buckets)))
         offsets, copies, buckets = self._entries[window]
         label = f"{feature.aggregation.op} by {feature.bucket}"
-        return pa.MapArray.from_arrays(list_offsets(offsets, label), buckets,
+        return pa.MapArray.from_arrays(list_offsets(offsets, label, bucketed=True), buckets,
                                        feature_result(feature, self.column).take(copies),
                                        mask=pa.array(offsets[1:] == offsets[:-1]))

@@ -54,6 +54,21 @@ def group_offsets(group_of_row: np.ndarray, groups: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
+def dictionary_ranks(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Return each value's rank among the distinct ``values``, and those values by rank.
+
+    By Arrow's sort order: strings by their UTF-8 bytes (which orders code points alike),
+    ``False`` before ``True``, numbers ascending. ``values`` has no nulls. O(n + d log d) for
+    d distinct values: a hash, then a sort of the distinct values alone.
+    """
+    encoded = pc.dictionary_encode(values)
+    order = pc.array_sort_indices(encoded.dictionary).to_numpy()
+    rank_of_entry = np.empty(len(order), dtype=np.int64)
+    rank_of_entry[order] = np.arange(len(order))
+    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    return rank_of_entry[indices], encoded.dictionary.take(pa.array(order))
+
+
 class SweptColumn:
     """One value column of a table of whole keys, and what each window makes of it.
 
@@ -146,13 +161,7 @@ class SweptColumn:
                 self._value_ranks = (ranks.reshape(-1).astype(np.int64, copy=False),
                                      pa.array(uniques))
             else:
-                encoded = pc.dictionary_encode(self.kept)
-                order = pc.array_sort_indices(encoded.dictionary).to_numpy()
-                rank_of_entry = np.empty(len(order), dtype=np.int64)
-                rank_of_entry[order] = np.arange(len(order))
-                indices = encoded.indices.to_numpy(zero_copy_only=False)
-                self._value_ranks = (rank_of_entry[indices],
-                                     encoded.dictionary.take(pa.array(order)))
+                self._value_ranks = dictionary_ranks(self.kept)
         return self._value_ranks
 
     def in_event_order(self) -> pa.Array:
@@ -233,17 +242,20 @@ def _by_value_rank(op: str, k: int | None, column: SweptColumn, lows: np.ndarray
                                     mask=empty)
 
 
-def list_offsets(offsets: np.ndarray, op: str) -> pa.Array:
+def list_offsets(offsets: np.ndarray, op: str, *, bucketed: bool = False) -> pa.Array:
     """Return ``offsets`` as the int32 offsets of an Arrow list or map array.
+
+    ``bucketed``: the maps of a bucketed feature, so the error suggests fewer buckets too.
 
     Raises:
         ValueError: past what int32 offsets address (:data:`ARROW_LIST_LIMIT` entries).
 
     """
     if offsets[-1] > ARROW_LIST_LIMIT:
+        fewer = "fewer buckets, " if bucketed else ""
         raise ValueError(
             f"{op}: the windows of one table of keys hold {offsets[-1]:,} entries in all, more "
-            f"than an Arrow list holds ({ARROW_LIST_LIMIT:,}); ask for a smaller k or a "
+            f"than an Arrow list holds ({ARROW_LIST_LIMIT:,}); ask for {fewer}a smaller k or a "
             "shorter window, or lower max_key_events so that hot keys sweep in smaller chunks")
     return pa.array(offsets, type=pa.int32())
 

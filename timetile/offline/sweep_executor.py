@@ -184,9 +184,8 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     if not sweepable(plan):
         refused = sorted({f"{feature.aggregation.op} of {feature.input_type.value}"
                           for feature in plan.features if not sweeps(feature)})
-        raise ValueError(f"the sweep cannot compute {', '.join(refused)} (bucketed, or an op "
-                         "or type it lacks; see SWEEP_OPS): use the tiled executor for this "
-                         "part")
+        raise ValueError(f"the sweep cannot compute {', '.join(refused)} (an op or a type it "
+                         "lacks; see SWEEP_OPS): use the tiled executor for this part")
     keys = plan.keys
     spark = queries.sparkSession
     events_schema = plan.events.schema
