@@ -146,9 +146,8 @@ def test_queries_are_copied_to_the_buckets_they_see_and_few_others(
         query_offsets=query_offsets, query_starts=starts, query_ends=ends)
     layout._check(query_offsets)
     buckets = layout.buckets.to_pylist()
-    copy_buckets = np.repeat(layout.session_buckets, np.diff(layout.copy_offsets))
     copied = {(int(query), buckets[bucket])
-              for query, bucket in zip(layout.copy_queries, copy_buckets, strict=True)}
+              for query, bucket in zip(layout.copy_queries, layout.copy_buckets, strict=True)}
     tight = window is None or window.hop is None
     for index, (group, _) in enumerate(queries):
         for bucket in buckets:

@@ -32,6 +32,7 @@ the same column and bucket sweep the widest one's copies too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -80,6 +81,11 @@ class BucketLayout:
         """How many sessions hold events."""
         return len(self.session_groups)
 
+    @cached_property
+    def copy_buckets(self) -> np.ndarray:
+        """The bucket of each copy, as an index into ``buckets``. O(c), once."""
+        return np.repeat(self.session_buckets, np.diff(self.copy_offsets))
+
     def entries(self, held: np.ndarray, queries: int) -> tuple[np.ndarray, np.ndarray,
                                                                np.ndarray]:
         """Return where the maps' entries come from: offsets, copies and buckets.
@@ -91,7 +97,7 @@ class BucketLayout:
         """
         copies = np.flatnonzero(held)
         owners = self.copy_queries[copies]
-        buckets = np.repeat(self.session_buckets, np.diff(self.copy_offsets))[copies]
+        buckets = self.copy_buckets[copies]
         # The copies come session by session, (group, bucket, time) ascending, and a query
         # has at most one per bucket, so a stable sort by query leaves them in bucket order.
         order = np.argsort(owners, kind="stable")
@@ -111,8 +117,7 @@ class BucketLayout:
         owner_groups = np.repeat(self.session_groups, np.diff(self.copy_offsets))
         assert np.all(query_offsets[owner_groups] <= self.copy_queries)
         assert np.all(self.copy_queries < query_offsets[owner_groups + 1])
-        copied = np.repeat(self.session_buckets, np.diff(self.copy_offsets))
-        pairs = self.copy_queries * max(len(self.buckets), 1) + copied
+        pairs = self.copy_queries * max(len(self.buckets), 1) + self.copy_buckets
         assert len(np.unique(pairs)) == len(pairs), "a query copied twice to one bucket"
         names = self.buckets.to_pylist()
         assert names == sorted(set(names)), "buckets not distinct, or not in code-point order"
@@ -183,13 +188,14 @@ class BucketedColumn:
         both = pc.and_(pc.is_valid(values), pc.is_valid(buckets))
         kept = both.to_numpy(zero_copy_only=False)
         bounds = [query_bounds(window, query_times) for window in windows]
+        times = times[kept]
         self.layout = layout = bucket_layout(
-            pc.filter(buckets, both).combine_chunks(), groups[kept], times[kept],
+            pc.filter(buckets, both).combine_chunks(), groups[kept], times,
             reach=windows_reach(windows), query_offsets=query_offsets,
             query_starts=np.minimum.reduce([start for start, _ in bounds]),
             query_ends=np.maximum.reduce([end for _, end in bounds]))
         self.column = SweptColumn(pc.filter(values, both).take(pa.array(layout.event_order)),
-                                  times[kept][layout.event_order], layout.event_sessions,
+                                  times[layout.event_order], layout.event_sessions,
                                   layout.sessions, value_type,
                                   query_times=query_times[layout.copy_queries],
                                   query_offsets=layout.copy_offsets)
