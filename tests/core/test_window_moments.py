@@ -6,10 +6,10 @@ values far from zero with a small spread), and runs ``[lo, hi)`` of them.
 - ``variance`` and ``stddev`` must equal, within the oracle tests' 1e-9, what
   :class:`~timetile.core.aggregators.moments.Variance` and ``Stddev`` fold from the same
   values, with the same nulls, NaN and infinities, and exactly 0.0 for a constant run.
-- ``skew`` and ``kurtosis`` must have the core's nulls and NaN, and within 1e-9 the value of
-  exact rational arithmetic. Not the core's own value: its mean is one double, which far
-  from zero shifts every deviation by about 1e-7, and ``m3`` and ``m4``, unlike ``m2``, feel
-  that at first order.
+- ``skew`` and ``kurtosis`` must have the core's nulls and NaN, and within 1e-9 both the
+  core's value and that of exact rational arithmetic. Both keep each mean as a double-double:
+  rounded to one double, it shifts every deviation far from zero by about 1e-7, and ``m3``
+  and ``m4``, unlike ``m2``, feel that at first order.
 
 A seeded stress test checks the tree's invariants and its accuracy far from zero.
 """
@@ -98,6 +98,8 @@ def test_each_run_equals_the_core_moments(values: list[float],
                 exact = exact_shape(op, run)
                 assert math.isclose(ours, exact, rel_tol=1e-9, abs_tol=1e-9), (
                     op, run, ours, exact)
+                assert math.isclose(ours, expected, rel_tol=1e-9, abs_tol=1e-9), (
+                    op, run, ours, expected)
             else:  # finite where the core is, though the overflow may differ in its bits
                 assert math.isfinite(ours), (op, run, ours, expected)
 

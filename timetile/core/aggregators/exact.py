@@ -9,6 +9,9 @@ at the end (``math.fsum``'s promise, kept across merges).
 The cost is numpy passes plus one Python big-integer step per distinct binary exponent in the
 batch (at most 2,098, usually a few dozen).
 
+:func:`two_sum` is the error-free sum that double-double arithmetic stands on: the sweep's
+prefix sums and every mean of the moment ops.
+
 >>> total = exact_float_sum(np.array([0.1, 0.2, -0.3]))
 >>> scaled_to_float(total), 0.1 + 0.2 - 0.3
 (2.7755575615628914e-17, 5.551115123125783e-17)
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -91,3 +95,17 @@ def scaled_to_float(total: int) -> float:
         return total / (1 << FLOAT_SCALE)
     except OverflowError:
         return math.inf if total > 0 else -math.inf
+
+
+@numba.njit(cache=True)
+def two_sum(a: float, b: float) -> tuple[float, float]:
+    """Return ``a + b`` rounded, and its rounding error, exactly (Knuth's TwoSum).
+
+    Compiled, so numba kernels inline it; from Python it is an ordinary call.
+
+    >>> two_sum(1e16, 1.0)
+    (1e+16, 1.0)
+    """
+    total = a + b
+    z = total - a
+    return total, (a - (total - z)) + (b - z)

@@ -3,13 +3,13 @@
 The sweep (:mod:`timetile.core.kernels.sweep`) finds each query's window as a run ``[lo, hi)``
 of its key's sorted values; this module answers ``variance``, ``stddev``, ``skew`` and
 ``kurtosis`` of any run. A segment tree holds, per node, the count, mean and central moment
-sums ``m2``, ``m3``, ``m4`` of the finite values below it, merged with the pairwise formulas
-:mod:`timetile.core.aggregators.moments` merges with (Chan, Golub & LeVeque for ``m2``,
-Pébay's for ``m3`` and ``m4``). Each mean is a double-double: rounded to one double, the
-mean of values near 1e9 is off by about 1e-7, and every merge's ``delta`` would carry that
-error into the moments at first order. Prefix sums of powers would be O(1) per run, but
-they cancel catastrophically far from zero. Prefix counts of NaN and ±inf give Spark's NaN
-rule.
+sums ``m2``, ``m3``, ``m4`` of the finite values below it, merged by
+:func:`timetile.core.aggregators.moments.merge_moments`, the aggregators' own merge (Chan,
+Golub & LeVeque for ``m2``, Pébay's for ``m3`` and ``m4``). Each mean is a double-double, as
+the core's: rounded to one double, the mean of values near 1e9 is off by about 1e-7, and
+every merge's ``delta`` would carry that error into the moments at first order. Prefix sums of
+powers would be O(1) per run, but they cancel catastrophically far from zero. Prefix counts
+of NaN and ±inf give Spark's NaN rule.
 
 Building is O(n), each run O(log n); the results follow the rules of
 :mod:`timetile.core.aggregators.moments` (:func:`moment_results`).
@@ -23,15 +23,13 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from timetile.core.aggregators.moments import Moments, merge_moments
 from timetile.core.aggregators.ordering import canonical_array
-from timetile.core.kernels.sweep import Bools, Floats, Int64s, two_sum
+from timetile.core.kernels.sweep import Bools, Floats, Int64s
 
 #: The ops :func:`moment_results` finalizes.
 MOMENT_OPS = frozenset({"variance", "stddev", "skew", "kurtosis"})
 
-#: A partial: the count of some finite values, their mean as a double-double (high and low
-#: words), and ``m2``, ``m3``, ``m4``, the sums of the powers of their deviations from it.
-Moments = tuple[int, float, float, float, float, float]
 _NO_MOMENTS: Moments = (0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
@@ -69,39 +67,6 @@ class RunMoments(NamedTuple):
 
 
 @numba.njit(cache=True)
-def _pebay_merge(a: Moments, b: Moments) -> Moments:
-    """Merge two partials with Pébay's pairwise update (``m2`` by Chan et al.'s).
-
-    The formulas of ``timetile.core.aggregators.moments._combine``, with the same fallback
-    for a mean whose difference overflowed; the mean is kept as a double-double, so that
-    ``delta`` is exact to about 1e-16 of itself.
-    """
-    count_a, high_a, low_a, m2_a, m3_a, m4_a = a
-    count_b, high_b, low_b, m2_b, m3_b, m4_b = b
-    if count_b == 0:
-        return a
-    if count_a == 0:
-        return b
-    na, nb = float(count_a), float(count_b)
-    n = na + nb
-    difference, error = two_sum(high_b, -high_a)
-    delta = difference + (error + (low_b - low_a))
-    delta_n = delta / n
-    high, low = two_sum(high_a, delta_n * nb)
-    high, low = two_sum(high, low + low_a)
-    if not math.isfinite(high):  # delta overflowed (means near both ends of the double range)
-        high, low = high_a * (na / n) + high_b * (nb / n), 0.0
-    m2 = m2_a + m2_b + delta * delta_n * na * nb
-    m3 = (m3_a + m3_b + delta * delta_n * delta_n * na * nb * (na - nb)
-          + 3.0 * delta_n * (na * m2_b - nb * m2_a))
-    m4 = (m4_a + m4_b
-          + delta * delta_n * delta_n * delta_n * na * nb * (na * na - na * nb + nb * nb)
-          + 6.0 * delta_n * delta_n * (na * na * m2_b + nb * nb * m2_a)
-          + 4.0 * delta_n * (na * m3_b - nb * m3_a))
-    return count_a + count_b, high, low, m2, m3, m4
-
-
-@numba.njit(cache=True)
 def _node(tree: tuple[Int64s, Floats, Floats, Floats, Floats, Floats], node: int) -> Moments:
     counts, means, means_low, m2s, m3s, m4s = tree
     return counts[node], means[node], means_low[node], m2s[node], m3s[node], m4s[node]
@@ -125,7 +90,7 @@ def _build(values: Floats) -> tuple[Int64s, Floats, Floats, Floats, Floats, Floa
     nodes = (counts, means, means_low, m2s, m3s, m4s)
     for node in range(size - 1, 0, -1):
         (counts[node], means[node], means_low[node], m2s[node], m3s[node],
-         m4s[node]) = _pebay_merge(_node(nodes, 2 * node), _node(nodes, 2 * node + 1))
+         m4s[node]) = merge_moments(_node(nodes, 2 * node), _node(nodes, 2 * node + 1))
     return counts, means, means_low, m2s, m3s, m4s, nonfinite
 
 
@@ -153,14 +118,14 @@ def _window_moments(tree: tuple[Int64s, Floats, Floats, Floats, Floats, Floats],
         left, right = low + size, high + size
         while left < right:
             if left & 1:
-                before = _pebay_merge(before, _node(tree, left))
+                before = merge_moments(before, _node(tree, left))
                 left += 1
             if right & 1:
                 right -= 1
-                after = _pebay_merge(_node(tree, right), after)
+                after = merge_moments(_node(tree, right), after)
             left //= 2
             right //= 2
-        merged = _pebay_merge(before, after)
+        merged = merge_moments(before, after)
         m2[query], m3[query], m4[query] = merged[3], merged[4], merged[5]
     return m2, m3, m4
 

@@ -33,7 +33,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from timetile.core.aggregators.exact import exact_float_sum, scaled_to_float
+from timetile.core.aggregators.exact import exact_float_sum, scaled_to_float, two_sum
 
 Int64s = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -57,14 +57,6 @@ def window_runs(event_times: Int64s, event_offsets: Int64s, query_offsets: Int64
             lows[query] = first + np.searchsorted(times, starts[query])
             highs[query] = first + np.searchsorted(times, ends[query])
     return lows, highs
-
-
-@numba.njit(cache=True)
-def two_sum(a: float, b: float) -> tuple[float, float]:
-    """Return ``a + b`` rounded, and its rounding error, exactly (Knuth's TwoSum)."""
-    total = a + b
-    z = total - a
-    return total, (a - (total - z)) + (b - z)
 
 
 class FloatPrefixSums(NamedTuple):
