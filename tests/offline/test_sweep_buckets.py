@@ -2,7 +2,7 @@
 
 No Spark: hypothesis draws a table of whole groups as the sweep sees it (grouped, in time
 order), with times from a few seconds so that events fall exactly on window bounds and a
-bucket's events often lie a window's reach apart (two sessions), buckets from a few strings
+bucket's events often lie a window's length apart (two sessions), buckets from a few strings
 with ``''`` and nulls, values of every type with nulls, NaN and ±inf; the queries of each
 group in time order, some before every event and some long after. Every query's map must
 equal what :class:`~timetile.core.aggregators.Bucketed` folds from the events of its window
@@ -131,18 +131,18 @@ def test_queries_are_copied_to_the_buckets_they_see_and_few_others(
 
     A sliding or lifetime window's copies all hold an event (the copies are exactly the
     maps' entries); a hopping or sawtooth window's copy may fall in a gap between two events
-    of its bucket, but never one as long as the window's reach.
+    of its bucket, but never one as long as the longest window.
     """
     events = [event for event in table["events"] if event[2] is not None]
     queries = table["queries"]
     query_times = np.array([query[1] * SECOND for query in queries], dtype=np.int64)
     query_offsets = np.searchsorted([query[0] for query in queries], np.arange(GROUPS + 1))
     starts, ends = query_bounds(window, query_times)
-    reach = windows_reach([window])
+    longest = None if window is None else int((ends - starts).max(initial=0))
     layout = bucket_layout(
         pa.array([event[2] for event in events], type=pa.string()),
         np.array([event[0] for event in events], dtype=np.int64),
-        np.array([event[1] * SECOND for event in events], dtype=np.int64), reach=reach,
+        np.array([event[1] * SECOND for event in events], dtype=np.int64),
         query_offsets=query_offsets, query_starts=starts, query_ends=ends)
     layout._check(query_offsets)
     buckets = layout.buckets.to_pylist()
@@ -156,27 +156,30 @@ def test_queries_are_copied_to_the_buckets_they_see_and_few_others(
             holds = any(starts[index] <= time < ends[index] for time in seen)
             if holds or tight:
                 assert ((index, bucket) in copied) == holds, (index, bucket)
-            elif (index, bucket) in copied:  # within a gap shorter than the reach
-                assert reach is not None
-                assert any(starts[index] - reach < time < ends[index] + reach
+            elif (index, bucket) in copied:  # within a gap shorter than the longest
+                assert longest is not None
+                assert any(starts[index] - longest < time < ends[index] + longest
                            for time in seen), (index, bucket)
 
 
-def test_a_bucket_is_cut_where_its_events_lie_a_reach_apart() -> None:
-    """Events a reach apart are two sessions, which no window spans; events a millisecond
-    closer are one, which a sliding or sawtooth window can hold whole (a hopping window
-    ends a hop early, so its reach is longer than it: the cut is safe, not tight)."""
-    for window in WINDOWS[1:]:
+def test_a_bucket_is_cut_where_its_events_lie_the_longest_window_apart() -> None:
+    """Events as far apart as the longest window are two sessions, which no window spans;
+    events a millisecond closer are one, which some window holds whole: the cut is tight for
+    every window kind (a hopping window is shorter than its reach, a sawtooth one as long)."""
+    for window in [*WINDOWS[1:], tt.Window("5s", hop="2s", kind="hopping")]:
         reach = windows_reach([window])
         assert reach is not None
-        for gap, sessions in ((reach, 2), (reach - 1, 1)):
+        hop = window.hop_ms or 1
+        longest = {"sliding": reach, "sawtooth": reach,  # a hopping window: whole hops
+                   "hopping": -(-window.length_ms // hop) * hop}[window.kind]
+        for gap, sessions in ((longest, 2), (longest - 1, 1)):
             times = np.array([0, gap], dtype=np.int64)
             query_times = np.arange(-1, gap + reach + 2, dtype=np.int64)
             starts, ends = query_bounds(window, query_times)
             layout = bucket_layout(pa.array(["a", "a"]), np.zeros(2, dtype=np.int64), times,
-                                   reach=reach, query_offsets=np.array([0, len(query_times)]),
+                                   query_offsets=np.array([0, len(query_times)]),
                                    query_starts=starts, query_ends=ends)
             layout._check(np.array([0, len(query_times)]))
             assert layout.sessions == sessions, (window, gap)
             both = (starts <= 0) & (ends > gap)  # a window holds both events
-            assert not both.any() if sessions == 2 else (both.any() or window.kind == "hopping")
+            assert both.any() == (sessions == 1), (window, gap)

@@ -9,24 +9,26 @@ problem they already solve:
 
 - the column's events that have both a value and a bucket are regrouped by (group, bucket),
   in time order, and cut into *sessions* wherever two events of a pair lie at least the
-  reach of the windows apart (no window holds both; a lifetime window is never cut);
+  longest of the queries' windows apart (no window holds both; a lifetime window is never
+  cut);
 - every session gets its own copy of the queries of its group that can see it: those whose
   window ends after the session's first event and starts at or before its last (one
   contiguous run of the group's queries, since no window kind's bounds move back). The
-  features over one column and bucket share their copies, made for the widest reach of
-  their windows (per query, the earliest start and the latest end), so a query gets at most
-  one copy per bucket: a window spanning two sessions would be longer than the reach;
+  features over one column and bucket share their copies, made for the widest of their
+  windows (per query, the earliest start and the latest end), so a query gets at most one
+  copy per bucket: a window spanning two sessions would be longer than the longest;
 - the kernels answer every copy, and each query's map gathers the copies whose window held
   at least one of the bucket's events, buckets in code-point order (Arrow compares UTF-8
   bytes, which orders code points alike). A query without such a copy gets null.
 
 Cost: O(n log n) to regroup n events (one sort), plus the kernels' cost over the copies.
-With sliding windows every copy holds an event of the widest window (a window of the reach
-cannot fall in a gap shorter than the reach), so the copies are exactly the entries of the
-widest window's maps; with a lifetime window, exactly those of its maps (a bucket, once seen,
-stays in every later map). A hopping or sawtooth window can fall in a gap within a session
-and give its copy nothing; still at most one copy per query and bucket. Narrower windows of
-the same column and bucket sweep the widest one's copies too.
+With sliding windows every copy holds an event of the widest window (a window as long as
+the longest cannot fall in a gap shorter than it), so the copies are exactly the entries of
+the widest window's maps; with a lifetime window, exactly those of its maps (a bucket, once
+seen, stays in every later map). A hopping or sawtooth window's length varies with its
+query, so a short one can fall in a gap within a session and give its copy nothing; still
+at most one copy per query and bucket. Narrower windows of the same column and bucket sweep
+the widest one's copies too.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import pyarrow.compute as pc
 from timetile.api.windows import Window
 from timetile.core.kernels.sweep import window_runs
 from timetile.core.types import ValueType
-from timetile.offline.hot_keys import windows_reach
+from timetile.core.windows import MIN_TIME
 from timetile.offline.plan import Feature, query_bounds
 from timetile.offline.sweep_columns import (
     SweptColumn,
@@ -124,17 +126,17 @@ class BucketLayout:
 
 
 def bucket_layout(buckets: pa.Array, groups: np.ndarray, times: np.ndarray, *,
-                  reach: int | None, query_offsets: np.ndarray, query_starts: np.ndarray,
+                  query_offsets: np.ndarray, query_starts: np.ndarray,
                   query_ends: np.ndarray) -> BucketLayout:
     """Regroup events into sessions of one (group, bucket); copy queries to each session.
 
     ``buckets``, ``groups`` and ``times`` describe the events that have a value and a bucket
-    (no nulls), grouped and in time order within each group. Two events of one (group,
-    bucket) at least ``reach`` apart fall in different sessions (None: never). Each
-    group's queries, delimited by ``query_offsets`` (length groups + 1) and in time order,
-    have the windows ``[query_starts, query_ends)``, which no window kind moves back and
-    none longer than ``reach``. O(n log n + s log q) for n events, s sessions and q
-    queries, plus O(1) per copy.
+    (no nulls), grouped and in time order within each group. Each group's queries,
+    delimited by ``query_offsets`` (length groups + 1) and in time order, have the windows
+    ``[query_starts, query_ends)``, which no window kind moves back; a lifetime window
+    starts at :data:`~timetile.core.windows.MIN_TIME`. Two events of one (group, bucket)
+    at least the longest window apart fall in different sessions (with a lifetime window,
+    never). O(n log n + s log q) for n events, s sessions and q queries, plus O(1) per copy.
     """
     ranks, by_rank = dictionary_ranks(buckets)
     width = max(len(by_rank), 1)  # (group, bucket) as one integer
@@ -143,8 +145,9 @@ def bucket_layout(buckets: pa.Array, groups: np.ndarray, times: np.ndarray, *,
     pairs, ordered_times = pairs[event_order], times[event_order]
     starts = np.ones(len(pairs), dtype=bool)
     starts[1:] = pairs[1:] != pairs[:-1]
-    if reach is not None:  # no window holds two events this far apart
-        starts[1:] |= np.diff(ordered_times) >= reach
+    if not (query_starts == MIN_TIME).any():  # no window holds two events this far apart
+        longest = int((query_ends - query_starts).max(initial=0))
+        starts[1:] |= np.diff(ordered_times) >= longest
     first_events = np.flatnonzero(starts)
     event_offsets = np.append(first_events, len(pairs))
     session_groups, session_buckets = np.divmod(pairs[first_events], width)
@@ -191,7 +194,7 @@ class BucketedColumn:
         times = times[kept]
         self.layout = layout = bucket_layout(
             pc.filter(buckets, both).combine_chunks(), groups[kept], times,
-            reach=windows_reach(windows), query_offsets=query_offsets,
+            query_offsets=query_offsets,
             query_starts=np.minimum.reduce([start for start, _ in bounds]),
             query_ends=np.maximum.reduce([end for _, end in bounds]))
         self.column = SweptColumn(pc.filter(values, both).take(pa.array(layout.event_order)),
