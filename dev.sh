@@ -48,7 +48,19 @@ setup() {
     fi
 }
 
+# numba's on-disk cache keys a kernel on its own file only: a kernel that inlines a function
+# of another file (the moment tree inlines core/aggregators/moments.py) would keep a stale
+# copy after that file changes. Clear timetile's kernel caches when any of its files is newer.
+clear_stale_kernels() {
+    local stamp="$VENV/.timetile-kernels"
+    if [ ! -f "$stamp" ] || [ -n "$(find timetile -name '*.py' -newer "$stamp" -print -quit)" ]; then
+        find timetile -name '*.nbi' -delete -o -name '*.nbc' -delete
+        touch "$stamp"
+    fi
+}
+
 run_tests() {
+    clear_stale_kernels
     say "ruff"
     "$VENV/bin/ruff" check .
     say "mypy"

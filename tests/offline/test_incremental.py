@@ -90,3 +90,27 @@ def test_a_changed_key_never_reads_stale_partials(spark: Any, tmp_path: Path) ->
         join = tt.Join("keyed", tt.EventSource(queries), [group_by])
         assert rows(tt.backfill(join, spark, partials_path=store)) == rows(
             tt.backfill(join, spark, executor="reference"))
+
+
+def test_partials_of_an_older_state_form_are_never_read(spark: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed state form (moments' version 2, with the mean's low word) changes the
+    signature that stored partials live under; ops whose form never changed keep theirs."""
+    from timetile.core.aggregators.moments import Variance
+    from timetile.offline.plan import plan_backfill
+    from timetile.offline.tiled_executor import TiledLayout
+
+    events = spark.createDataFrame([(1, 10, 1.0)], "u long, ts long, amount double")
+    queries = tt.EventSource(spark.createDataFrame([(1, 30)], "u long, ts long"))
+
+    def signature(op: str) -> str:
+        group_by = tt.GroupBy("spend", tt.EventSource(events), ["u"],
+                              [tt.Aggregation("amount", op, windows=["1d"])])
+        (part,) = plan_backfill(tt.Join("versions", queries, [group_by]), spark).parts
+        return TiledLayout.of(part).signature  # type: ignore[arg-type]
+
+    current = signature("variance")
+    monkeypatch.setattr(Variance, "state_version", 1)
+    assert signature("variance") != current
+    assert signature("sum") == repr((DAY_MS // 24, [("amount", "sum", None, None, "float",
+                                                      None)]))

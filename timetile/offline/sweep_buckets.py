@@ -145,8 +145,9 @@ def bucket_layout(buckets: pa.Array, groups: np.ndarray, times: np.ndarray, *,
     pairs, ordered_times = pairs[event_order], times[event_order]
     starts = np.ones(len(pairs), dtype=bool)
     starts[1:] = pairs[1:] != pairs[:-1]
-    if not (query_starts == MIN_TIME).any():  # no window holds two events this far apart
-        longest = int((query_ends - query_starts).max(initial=0))
+    lifetime = bool((query_starts == MIN_TIME).any())
+    if len(query_starts) and not lifetime:  # no window holds two events this far apart
+        longest = int((query_ends - query_starts).max())
         starts[1:] |= np.diff(ordered_times) >= longest
     first_events = np.flatnonzero(starts)
     event_offsets = np.append(first_events, len(pairs))

@@ -104,10 +104,15 @@ class TiledLayout:
 
     @property
     def signature(self) -> str:
-        """What stored hop partials depend on: the hop size and each aggregation."""
+        """What stored hop partials depend on: hop size, aggregations, their states' forms.
+
+        A form is :attr:`~timetile.core.aggregators.base.Aggregator.state_version`.
+        """
         parts = [(f.aggregation.column, f.aggregation.op, f.aggregation.k,
                   f.aggregation.percentiles, f.input_type.value, f.bucket)
-                 for f in self.aggregations]
+                 # only a changed form adds its version: the other ops' partials stay valid
+                 + ((aggregator.state_version,) if aggregator.state_version > 1 else ())
+                 for f, aggregator in zip(self.aggregations, self.aggregators(), strict=True)]
         return repr((self.hop_ms, parts))
 
     def aggregators(self) -> list[Aggregator[Any]]:

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join, JoinPart
 from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
+from timetile.core.entity_state import EntityFeature
 from timetile.online.entity_records import EntityRecord, EntityServing, decode_mutations
 from timetile.online.layout import (
     META_TABLE,
@@ -77,6 +78,12 @@ class _DecodeCache:
                 evicted, _ = self._items.popitem(last=False)
                 self.held -= len(evicted)
         return value
+
+
+def _warm_up(features: Iterable[OnlineFeature | EntityFeature]) -> None:
+    """Load what each feature's merge compiles now, not in the first fetch."""
+    for feature in features:
+        feature.aggregator.warm_up()
 
 
 class NotUploadedError(LookupError):
@@ -158,9 +165,12 @@ class Fetcher:
                     f"differ from what the store holds). Fix: run `timetile upload` for it")
             group_by = group_bys[name]
             if meta.row_columns:
-                served[name] = _Served(group_by, meta, (), {}, EntityServing.of(group_by, meta))
+                entity = EntityServing.of(group_by, meta)
+                _warm_up(entity.features)
+                served[name] = _Served(group_by, meta, (), {}, entity)
                 continue
             features = online_features(group_by, meta.value_types)
+            _warm_up(features)
             served[name] = _Served(group_by, meta, features, series_dtypes(features), None)
         self._served = served
 

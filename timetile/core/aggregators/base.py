@@ -50,6 +50,8 @@ class Aggregator(ABC, Generic[StateT]):
         numeric_only: whether the op accepts only ``INT`` and ``FLOAT`` columns.
         approximate: whether the result is an estimate; ``error_bound`` then says how good.
         error_bound: a sentence stating the op's error guarantee, for docs and tests.
+        state_version: which form of the state :meth:`to_bytes` writes; raised when the form
+            changes, so that stores keyed by it (stored hop partials) never mix forms.
 
     """
 
@@ -58,6 +60,7 @@ class Aggregator(ABC, Generic[StateT]):
     numeric_only: ClassVar[bool] = False
     approximate: ClassVar[bool] = False
     error_bound: ClassVar[str | None] = None
+    state_version: ClassVar[int] = 1
 
     def __init__(self, input_type: ValueType) -> None:
         if self.numeric_only and not input_type.numeric:
@@ -113,6 +116,14 @@ class Aggregator(ABC, Generic[StateT]):
     def fold(self, values: Values, times: Times) -> StateT:
         """``update(init(), values, times)``: the state of one batch."""
         return self.update(self.init(), values, times)
+
+    def warm_up(self) -> None:
+        """Compile, or load from numba's cache, what :meth:`merge` runs. O(1) once loaded.
+
+        The fetcher calls it as it reads an upload, so that the first fetch does not pay for
+        it (the moment ops' merge: 0.3 s from the cache, 0.7 s to compile).
+        """
+        self.merge(self.init(), self.init())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.input_type.value})"

@@ -114,6 +114,10 @@ class Bucketed(Aggregator[BucketStates]):
             raise TypeError(f"{cls.__name__} cannot declare the capabilities of {inner!r}")
         return super().__new__(capable)
 
+    def warm_up(self) -> None:
+        """Warm up the inner op's merge, which merging maps calls."""
+        self.inner.warm_up()
+
     def __init__(self, inner: Aggregator[Any]) -> None:
         if inner.result_type().bucketed:
             raise TypeError(f"{inner!r} is already bucketed")

@@ -53,7 +53,11 @@ class MomentState(NamedTuple):
     Attributes:
         n: how many finite values.
         mean: their mean rounded to a double (0.0 when ``n`` is 0).
-        mean_low: the rest of the mean, below half a unit in the last place of ``mean``.
+        mean_low: a correction to ``mean``, below half a unit in its last place. Far from
+            zero (values within a factor of two of their mean) ``mean + mean_low`` is the
+            mean to about 1e-16 of the spread; with a wide spread, to a few units in the
+            last place of ``mean``, whose error then weighs on the moments no more than
+            the spread's own rounding.
         m2: sum of squared deviations from the mean.
         m3: sum of cubed deviations.
         m4: sum of fourth powers of deviations.
@@ -71,6 +75,7 @@ class MomentState(NamedTuple):
 
 
 _EMPTY = MomentState(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+_INT64_LIMIT = 1 << 63
 
 
 def _batch_moments(values: Values) -> MomentState:
@@ -114,7 +119,12 @@ def merge_moments(a: Moments, b: Moments) -> Moments:
     mean falls back to a weighted average in one double. Compiled: the aggregators call it
     (about 1.5 µs a call from Python, less than the same code interpreted) and the sweep's
     moment tree (:mod:`timetile.core.kernels.moment_tree`) inlines it, so both run the same
-    arithmetic.
+    arithmetic. Counts are int64 and the rest float64, as every state's are.
+
+    numba's on-disk cache does not see edits to a function that another file's kernel
+    inlines: after editing this one (or :func:`~timetile.core.aggregators.exact.two_sum`),
+    the moment tree's cached kernels are stale. ``./dev.sh test`` clears timetile's numba
+    caches first.
 
     >>> merge_moments((1, 1.0, 0.0, 0.0, 0.0, 0.0), (1, 3.0, 0.0, 0.0, 0.0, 0.0))
     (2, 2.0, 0.0, 2.0, 0.0, 2.0)
@@ -168,6 +178,7 @@ class _Moments(Aggregator[MomentState]):
     """
 
     numeric_only: ClassVar[bool] = True
+    state_version: ClassVar[int] = 2  # 2: the mean's low word
 
     def result_type(self) -> ResultType:
         """Return ``FLOAT``, whatever the column type."""
@@ -193,7 +204,9 @@ class _Moments(Aggregator[MomentState]):
     def from_bytes(self, data: bytes) -> MomentState:
         """Decode and check the shape; ValueError on malformed bytes.
 
-        Six fields are a state written before the mean had a low word: it reads as 0.0.
+        Six fields are a state written before the mean had a low word (state version 1):
+        it reads as 0.0. Counts must fit in int64, and the low word must be below half a
+        unit in the last place of the mean.
         """
         fields = codec.expect_tuple(codec.decode(data), "moments")
         if len(fields) == 6:
@@ -210,8 +223,10 @@ class _Moments(Aggregator[MomentState]):
             codec.expect_float(m4, "moments m4"),
             codec.expect_int(nonfinite, "moments nonfinite"),
         )
-        if state.n < 0 or state.nonfinite < 0:
-            raise ValueError("state bytes: negative count in moments")
+        if not (0 <= state.n < _INT64_LIMIT and 0 <= state.nonfinite < _INT64_LIMIT):
+            raise ValueError("state bytes: a count in moments is negative or beyond int64")
+        if not math.isfinite(state.mean_low) or state.mean + state.mean_low != state.mean:
+            raise ValueError("state bytes: moments mean_low is not below half an ulp of mean")
         return state
 
 
