@@ -142,7 +142,7 @@ def merge_moments(a: Moments, b: Moments) -> Moments:
     delta_n = delta / n
     high, low = two_sum(high_a, delta_n * nb)
     high, low = two_sum(high, low + low_a)
-    if not math.isfinite(high):
+    if not math.isfinite(high):  # delta overflowed (means near both ends of the double range)
         high, low = high_a * (na / n) + high_b * (nb / n), 0.0
     m2 = m2_a + m2_b + delta * delta_n * na * nb
     m3 = (m3_a + m3_b + delta * delta_n * delta_n * na * nb * (na - nb)
