@@ -26,6 +26,8 @@ from timetile.core.aggregators.ordering import canonical, order_key
 from timetile.core.types import ValueType
 from timetile.offline.plan import Feature
 from timetile.offline.sweep_columns import (
+    EVENT_ORDER_OPS,
+    VALUE_RANK_OPS,
     SweptColumn,
     _by_value_rank,
     _ends_of_runs,
@@ -33,8 +35,6 @@ from timetile.offline.sweep_columns import (
     list_offsets,
 )
 
-OPS = ("first", "last", "first_k", "last_k")
-VALUE_RANK_OPS = ("unique_count", "histogram", "top_k", "bottom_k")
 ARROW_TYPES = {ValueType.INT: pa.int64(), ValueType.FLOAT: pa.float64(),
                ValueType.STRING: pa.string(), ValueType.BOOL: pa.bool_()}
 VALUES: dict[ValueType, st.SearchStrategy[Any]] = {
@@ -83,7 +83,7 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
                         np.array(groups, dtype=np.int64), 4, value_type,
                         query_times=np.zeros(0, dtype=np.int64),
                         query_offsets=np.zeros(5, dtype=np.int64))  # runs come from this test
-    lows, highs, expected = [], [], {op: [] for op in OPS}
+    lows, highs, expected = [], [], {op: [] for op in EVENT_ORDER_OPS}
     for group, one, other in queries:
         start, end = min(one, other), max(one, other)  # a window: start <= end
         first, last = swept.offsets[group], swept.offsets[group + 1]
@@ -92,13 +92,13 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
         highs.append(first + int(np.sum(in_group < end)))
         seen = [(t, v) for g, t, v in zip(groups, times, values, strict=True)
                 if g == group and v is not None and start <= t < end]
-        for op in OPS:
+        for op in EVENT_ORDER_OPS:
             aggregator = make_aggregator(op, value_type, k=k if op.endswith("_k") else None)
             state = aggregator.fold(
                 np.array([v for _, v in seen], dtype=value_type.numpy_dtype),
                 np.array([t for t, _ in seen], dtype=np.int64))
             expected[op].append(exact(aggregator.finalize(state)))
-    for op in OPS:
+    for op in EVENT_ORDER_OPS:
         got = _ends_of_runs(op, k, swept.in_event_order(), np.array(lows, dtype=np.int64),
                               np.array(highs, dtype=np.int64))
         assert [exact(value) for value in got.to_pylist()] == expected[op], op
