@@ -86,6 +86,23 @@ def test_the_two_fast_paths_are_identical_and_the_report_names_them(spark: Any) 
     assert rows(auto) == tiled
 
 
+@pytest.mark.parametrize(("limit", "counted", "chosen"), [
+    (20, False, "interval_tree"),  # 11 timed left rows: at most 11 queries, no job to count
+    (10, True, "interval_tree"),  # 11 timed rows, 10 distinct queries: counted, and they fit
+    (9, True, "tiled"),  # counted, and they do not fit
+])
+def test_auto_counts_the_queries_only_when_the_left_rows_do_not_bound_them(
+        spark: Any, monkeypatch: pytest.MonkeyPatch, limit: int, counted: bool,
+        chosen: str) -> None:
+    events, queries, _ = boundary_frames(spark)
+    repeated = queries.unionByName(queries.limit(1))  # 11 rows, 10 distinct queries
+    untimed = queries.limit(1).withColumn("ts", F.lit(None).cast("long"))
+    monkeypatch.setattr("timetile.offline.backfill.BROADCAST_QUERY_LIMIT", limit)
+    job = tt.BackfillJob(join_of(events, repeated.unionByName(untimed)), spark)
+    assert job.report.path == f"edge: sweep+{chosen}"
+    assert ("count queries" in job.report.stage_seconds) == counted
+
+
 def test_the_report_names_the_largest_key_hop_group(spark: Any) -> None:
     events, queries, hop = boundary_frames(spark)
     job = tt.BackfillJob(join_of(events, queries), spark, executor="tiled")

@@ -395,13 +395,18 @@ class BackfillJob:
 
         Under ``auto``, a part whose features the sweep mostly computes, but not all, gets
         ``sweep+`` the other executor: :func:`_pieces` splits its features between the two.
+        A part has at most as many distinct queries as the left has timed rows (counted
+        already), so its queries are counted (one job) only when those are more than
+        :data:`BROADCAST_QUERY_LIMIT`.
         """
         if self.executor != AUTO:
             return self.executor
         if sweepable(part):
             return "sweep"
-        with self.report.stage("count queries"):
-            small = queries.limit(BROADCAST_QUERY_LIMIT + 1).count() <= BROADCAST_QUERY_LIMIT
+        small = self.report.sources[0].usable <= BROADCAST_QUERY_LIMIT
+        if not small:
+            with self.report.stage("count queries"):
+                small = queries.limit(BROADCAST_QUERY_LIMIT + 1).count() <= BROADCAST_QUERY_LIMIT
         other = "interval_tree" if small else "tiled"
         swept = sum(sweeps(feature) for feature in part.features)
         return f"sweep+{other}" if swept >= len(part.features) - swept else other
