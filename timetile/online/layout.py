@@ -20,6 +20,7 @@ the backfill runs.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -176,7 +177,9 @@ def _cast_key(value: Any, kind: str) -> Any:
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError(f"{value!r} cannot be read as float")
-        return float(value)
+        number = float(value)
+        # One key for every NaN and for both zeros, as Spark groups them (the backfill).
+        return math.nan if math.isnan(number) else number + 0.0  # -0.0 + 0.0 is 0.0
     if isinstance(value, (str, int)) and not isinstance(value, bool):
         return str(value)
     raise ValueError(f"{value!r} cannot be read as {kind}")
@@ -194,9 +197,12 @@ def encode_key(values: Sequence[Any], key_types: Sequence[str]) -> bytes:
     """Encode an entity key's values as store bytes, each cast to its column's type.
 
     Ints accept integral numbers and digit strings (never booleans), bools accept
-    ``true``/``false``, strings accept strings and ints: nothing lossy is read.
+    ``true``/``false``, strings accept strings and ints: nothing lossy is read. Floats are
+    one key where Spark groups them as one: ``-0.0`` is ``0.0``, and every NaN one NaN.
 
     >>> encode_key([7], ["int"]) == encode_key(["7"], ["int"]) == encode_key([7.0], ["int"])
+    True
+    >>> encode_key([-0.0], ["float"]) == encode_key([0.0], ["float"])
     True
 
     Raises:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.sources import EventSource
 from timetile.core.batch_record import split_series
+from timetile.core.time_text import TimeTextError, text_millis
 from timetile.online.layout import (
     META_TABLE,
     TILE_MS,
@@ -62,17 +62,19 @@ class TileWriteReport:
 
 
 def millis(column: pa.ChunkedArray, name: str) -> list[int | None]:
-    """Return times as epoch milliseconds (None where null).
+    """Return times as epoch milliseconds (None where null or, as on the batch side, unusable).
 
-    Accepts what the batch side accepts: integers (epoch ms), timestamps and ISO-8601
-    strings (UTC when they carry no offset).
+    Integers (epoch ms), timestamps and ISO-8601 strings, each placed at the millisecond the
+    batch side places it: a string as Spark's cast reads it (UTC when it carries no offset;
+    None where that cast gives null), see :func:`~timetile.core.time_text.text_millis`.
 
     Raises:
-        ValueError: a string that is not an ISO-8601 time, naming the column.
+        ValueError: a string outside the forms read exactly as Spark reads them, naming the
+            column.
 
     """
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return [None if text is None else _iso_millis(text, name) for text in column.to_pylist()]
+        return [None if text is None else _text_millis(text, name) for text in column.to_pylist()]
     if pa.types.is_timestamp(column.type):
         return timestamp_millis(column)
     return [None if t is None else int(t) for t in column.to_pylist()]
@@ -99,19 +101,15 @@ def timestamp_millis(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
     return [int(value) if ok else None for value, ok in zip(values.tolist(), valid, strict=True)]
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-
-def _iso_millis(text: str, name: str) -> int:
-    """Return an ISO-8601 time as epoch ms; one without an offset is UTC."""
+def _text_millis(text: str, name: str) -> int | None:
+    """Return a time string as epoch ms, as the batch side reads it, or raise naming ``name``."""
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"time column {name!r} holds {text!r}, which is not an ISO-8601 time. "
-                         "Fix: send epoch milliseconds, timestamps or ISO-8601 strings") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
+        return text_millis(text)
+    except TimeTextError as error:
+        raise ValueError(f"time column {name!r}: {error}. Fix: send epoch milliseconds, "
+                         "timestamps or ISO-8601 strings such as 2024-03-01T12:00:00.250Z"
+                         ) from None
 
 
 def read_meta(store: KVStore, group_by: GroupBy) -> GroupByMeta:
@@ -280,10 +278,13 @@ class TileWriter(StreamWriter):
 
     @property
     def columns(self) -> list[str]:
-        """The event columns a write reads: keys, time, then aggregated and bucket columns."""
+        """The event columns a write reads: keys, time, then aggregated and bucket columns.
+
+        Each once: a key or the time column may be aggregated too.
+        """
         values = sorted({part for name in self.series for part in split_series(name)
                          if part is not None})
-        return [*self.keys, self.time_column, *values]
+        return list(dict.fromkeys([*self.keys, self.time_column, *values]))
 
     def encode(self, events: pa.Table, placement: Placement) -> list[bytes]:
         """Encode each group's events: per series, a slice of one batch-wide pass.

@@ -256,6 +256,16 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
                          "milliseconds) for the lookup")
                  for column in group_by.lookup_columns
                  if schema.get(column) in ROW_TYPES and schema[column] not in LOOKUP_TYPES]
+    source = group_by.source
+    period = source.period_ms if isinstance(source, EventSource) else None
+    if isinstance(source, EventSource) and period is not None and DAY_MS % period:
+        # A feature at q is the one at floor(q, period), before the record's day end for
+        # the first fetches after it: the record, built as of the day end, cannot answer.
+        problems.append(Problem(f"{field}.source.period", f"{source.period} does not "
+                                "divide a day, so the records, built as of each day's end, "
+                                "cannot answer the first periods after it",
+                                "serve a source whose period divides a day (1h, 6h, 8h, 1d); "
+                                "the backfill takes any period"))
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
     columns = sorted({a.column for a in group_by.aggregations or ()}
@@ -274,7 +284,8 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
         horizon = _horizon(events.features, day_end)
         if horizon is not None:
             usable &= F.col(TIME) >= horizon
-        records = rows.frame.where(usable).select(*group_by.keys, TIME, *columns)
+        records = rows.frame.where(usable).select(  # a key may be aggregated too
+            *dict.fromkeys([*group_by.keys, TIME, *columns]))
     totals: Any = (sorted_by_groups(records, group_by.keys)
                    .mapInArrow(writer, "records long, bytes long")
                    .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))

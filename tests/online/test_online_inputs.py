@@ -1,0 +1,133 @@
+"""Inputs the online path must read as the backfill reads them: float keys, a key or the time
+aggregated as a value, string times, and pre-aggregated periods (DESIGN §5).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import timetile as tt
+from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.online.fetcher import Fetcher
+from timetile.online.store import open_store
+from timetile.online.tiles import put_events
+from timetile.online.upload import upload
+
+pytestmark = pytest.mark.spark
+
+DS = "2024-01-02"
+DAY_END = date_to_ms(DS) + DAY_MS
+
+
+def backfilled(join: tt.Join, spark: Any, rows: list[tuple[Any, int]], key: str) -> list[Any]:
+    """Return the backfill's rows for (key, time) left rows, in order."""
+    left = spark.createDataFrame([(i, k, t) for i, (k, t) in enumerate(rows)],
+                                 f"qid long, {key} double, ts long")
+    backfill = tt.backfill(tt.Join(join.name, tt.EventSource(left), join.join_parts), spark)
+    return sorted(backfill.collect(), key=lambda row: row["qid"])
+
+
+def test_float_keys_are_one_key_where_spark_groups_them(spark: Any, store_uri: str) -> None:
+    # -0.0 and 0.0 are one key, and so is every NaN, as Spark groups them: the upload,
+    # the stream and the fetch must not split them by sign or payload.
+    nan = float("nan")
+    negative_nan = -nan
+    batch = [(0.0, DAY_END - 2 * HOUR_MS, 1.0), (-0.0, DAY_END - HOUR_MS, 2.0),
+             (nan, DAY_END - HOUR_MS, 16.0)]
+    streamed = [(-0.0, DAY_END + HOUR_MS, 4.0), (0.0, DAY_END + HOUR_MS + 5, 8.0),
+                (negative_nan, DAY_END + HOUR_MS, 32.0), (nan, DAY_END + 2 * HOUR_MS, 64.0)]
+    events = spark.createDataFrame(batch + streamed, "k double, ts long, amount double")
+    sums = tt.GroupBy("sums", tt.EventSource(events), ["k"], [
+        tt.Aggregation("amount", "sum"), tt.Aggregation("amount", "count", windows=["1d"])])
+    join = tt.Join("floats", tt.EventSource(events), [sums])
+    upload(sums, spark, DS, store_uri)
+    at = DAY_END + 3 * HOUR_MS
+    asked = [(0.0, at), (-0.0, at), (nan, at), (negative_nan, at)]
+    expected = backfilled(join, spark, asked, "k")
+    assert [row["sums_amount_sum"] for row in expected] == [15.0, 15.0, 112.0, 112.0]
+    with open_store(store_uri) as store:
+        streamed_table = pa.table({"k": [row[0] for row in streamed],
+                                   "ts": [row[1] for row in streamed],
+                                   "amount": [row[2] for row in streamed]})
+        put_events(store, sums, streamed_table, "b1")
+        fetched = Fetcher(join, store).fetch([{"k": k} for k, _ in asked], at=at)
+    for result, row in zip(fetched, expected, strict=True):
+        assert result.features == {name: row[name] for name in result.features}
+
+
+def test_a_key_or_the_time_may_be_aggregated_too(spark: Any, store_uri: str) -> None:
+    events = spark.createDataFrame(
+        [(1, "a", DAY_END - HOUR_MS, 2.0), (1, "a", DAY_END - 2 * HOUR_MS, 3.0),
+         (2, "b", DAY_END - 1, 1.0)], "user_id long, item string, ts long, amount double")
+    users = tt.GroupBy("users", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("user_id", "count", windows=["1d"]), tt.Aggregation("ts", "max")])
+    items = tt.GroupBy("items", tt.EventSource(events), ["item"],
+                       [tt.Aggregation("amount", "sum", buckets=["item"])])
+    join = tt.Join("keyed", tt.EventSource(events), [users, items])
+    for group_by in (users, items):
+        upload(group_by, spark, DS, store_uri)
+    at = DAY_END + 2 * HOUR_MS
+    streamed = pa.table({"user_id": [1], "item": ["a"], "ts": [DAY_END + HOUR_MS],
+                         "amount": [5.0]})
+    with open_store(store_uri) as store:
+        for group_by in (users, items):
+            put_events(store, group_by, streamed, "b1")
+        fetched = Fetcher(join, store).fetch([{"user_id": 1, "item": "a"}], at=at)[0].features
+    everything = spark.createDataFrame(
+        [*events.collect(), tuple(streamed.to_pylist()[0].values())], events.schema)
+    left = spark.createDataFrame([(1, "a", at)], "user_id long, item string, ts long")
+    parts = [tt.GroupBy(g.name, tt.EventSource(everything), g.keys, g.aggregations)
+             for g in (users, items)]
+    row = tt.backfill(tt.Join("keyed", tt.EventSource(left), parts), spark).collect()[0]
+    assert fetched == {name: row[name] for name in fetched} == {
+        "users_user_id_count_1d": 3, "users_ts_max": DAY_END + HOUR_MS,
+        "items_amount_sum_by_item": {"a": 10.0}}
+
+
+def test_string_times_are_placed_as_the_backfill_places_them(spark: Any,
+                                                             store_uri: str) -> None:
+    # Every row below is read by Spark's cast, or left out by it (null), and put_events
+    # must do the same: 30 February and hour 24 are left out, not moved.
+    events = spark.createDataFrame([(1, "2024-01-02T20:00:00Z", 1.0)],
+                                   "user_id long, ts string, amount double")
+    users = tt.GroupBy("users", tt.EventSource(events, time_column="ts"), ["user_id"],
+                       [tt.Aggregation("amount", "sum", windows=["1d"])])
+    join = tt.Join("texts", tt.EventSource(events, time_column="ts"), [users])
+    upload(users, spark, DS, store_uri)
+    texts = {" 2024-01-03 01:00 ": 2.0, "2024-1-3T02:00:00.5+01:00": 4.0,
+             "2024-01-03T03:00:00.123456789": 8.0, "2024-02-30T01:00:00": 16.0,
+             "2024-01-03T24:00:00": 32.0, None: 64.0}
+    streamed = pa.table({"user_id": [1] * len(texts), "ts": list(texts),
+                         "amount": list(texts.values())})
+    at = DAY_END + 4 * HOUR_MS
+    with open_store(store_uri) as store:
+        report = put_events(store, users, streamed, "b1")
+        assert (report.written, report.unusable) == (3, 3)
+        fetched = Fetcher(join, store).fetch([{"user_id": 1}], at=at)[0].features
+        with pytest.raises(ValueError, match=r"time column 'ts': '20240103T010000' is not"):
+            put_events(store, users, streamed.slice(0, 1).set_column(
+                1, "ts", pa.array(["20240103T010000"])), "b2")
+    everything = spark.createDataFrame(
+        [(1, "2024-01-02T20:00:00Z", 1.0)] + [(1, text, amount) for text, amount in texts.items()],
+        "user_id long, ts string, amount double")
+    again = tt.GroupBy("users", tt.EventSource(everything, time_column="ts"), ["user_id"],
+                       [tt.Aggregation("amount", "sum", windows=["1d"])])
+    left = spark.createDataFrame([(1, at)], "user_id long, ts long")
+    row = tt.backfill(tt.Join("texts", tt.EventSource(left), [again]), spark).collect()[0]
+    assert fetched == {"users_amount_sum_1d": row["users_amount_sum_1d"]} == {
+        "users_amount_sum_1d": 15.0}
+
+
+def test_upload_refuses_a_period_that_does_not_divide_a_day(spark: Any, store_uri: str) -> None:
+    events = spark.createDataFrame([(1, DAY_END - 7 * HOUR_MS, 2.0)],
+                                   "user_id long, ts long, amount double")
+    hourly = tt.GroupBy("users", tt.EventSource(events, period="7h"), ["user_id"],
+                        [tt.Aggregation("amount", "sum", windows=["14h"])])
+    with pytest.raises(tt.DefinitionError, match=r"source\.period: 7h does not divide a day"):
+        upload(hourly, spark, DS, store_uri)
+    six = tt.GroupBy("users", tt.EventSource(events, period="6h"), ["user_id"],
+                     [tt.Aggregation("amount", "sum", windows=["12h"])])
+    assert upload(six, spark, DS, store_uri).written["users"][0] == 1
