@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import pytest
@@ -228,6 +229,16 @@ class TestSchemaChecks:
                     r"left side.*Fix: cast one side"):
             self.check(self.join(tt.Aggregation("duration", "sum"),
                                  key_mapping={"guest": "user_id"}))
+
+    @pytest.mark.parametrize("nested", ["array<bigint>", "struct<a:int>", "map<string,int>"])
+    def test_a_nested_key(self, nested: str) -> None:
+        # the executors group by one value (Arrow has no comparison of nested values)
+        with raises(rf"keys: key 'user_id' is {re.escape(nested)}, and a key must be one "
+                    r"value.*Fix: cast it in the source's select, e.g. \{'user_id': "
+                    r"'to_json\(user_id\)'\}"):
+            self.check(self.join(tt.Aggregation("duration", "sum")),
+                       left={"user_id": nested, "ts": "int"},
+                       views={**self.VIEWS, "user_id": nested})
 
     def test_missing_left_key(self) -> None:
         with raises(r"key_mapping: 'user_id' is not a column of the left side checkouts"):

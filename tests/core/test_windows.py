@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import timetile as tt
 from timetile.core.timeutil import HOUR_MS, MINUTE_MS, floor_to
+from timetile.core.windows import MIN_TIME, WindowKind, window_bounds
 
+MIN = int(MIN_TIME)
 EVENTS = {"10:00": 10 * HOUR_MS, "10:30": 10 * HOUR_MS + 30 * MINUTE_MS, "11:00": 11 * HOUR_MS}
 
 
@@ -40,3 +44,21 @@ def test_an_event_at_q_never_counts_and_one_at_q_minus_length_does() -> None:
 def test_floor_is_a_true_floor_before_the_epoch() -> None:
     assert floor_to(np.array([-1, -HOUR_MS, -HOUR_MS - 1]), HOUR_MS).tolist() == [
         -HOUR_MS, -HOUR_MS, -2 * HOUR_MS]
+
+
+@given(st.integers(MIN, MIN + 10**6), st.integers(1, 10**5), st.integers(1, 10**4))
+def test_windows_reaching_past_the_first_time_start_there(query: int, length: int,
+                                                          hop: int) -> None:
+    # q - length (and its floor to the hop) below int64 would wrap around to a huge start
+    def floored(at: int) -> int:
+        return max(MIN, at - at % hop)  # Python ints: no wrap
+
+    expected = {
+        WindowKind.SLIDING: (max(MIN, query - length), query),
+        WindowKind.SAWTOOTH: (floored(query - length), query),
+        WindowKind.HOPPING: (floored(query - length), floored(query)),
+    }
+    for kind, bounds in expected.items():
+        got = window_bounds(np.array([query]), kind, length, None if kind is
+                            WindowKind.SLIDING else hop)
+        assert (int(got[0][0]), int(got[1][0])) == bounds, kind

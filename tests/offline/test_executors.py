@@ -113,10 +113,13 @@ def test_the_report_names_the_largest_key_hop_group(spark: Any) -> None:
     assert f"{busiest:,} events at key (1,)" in line
 
 
-@pytest.mark.parametrize("key_type", ["string", "double"])
-def test_odd_keys_agree_on_every_path(spark: Any, key_type: str) -> None:
-    """String and float keys, two key columns, null and NaN keys on both sides."""
-    odd = {"string": ["a", "b", None], "double": [1.5, float("nan"), None]}[key_type]
+@pytest.mark.parametrize(("key_type", "odd"), [
+    ("string", ["a", "b", None]),
+    ("double", [1.5, float("nan"), None]),
+    ("double", [0.0, -0.0, float("nan")]),  # one key for both zeros, as Spark groups them
+])
+def test_odd_keys_agree_on_every_path(spark: Any, key_type: str, odd: list[Any]) -> None:
+    """String and float keys, two key columns, null, NaN and signed zero keys on both sides."""
     events = spark.createDataFrame(
         [(k, c, BASE + t * HOUR_MS, float(t)) for t in range(12) for k in odd for c in (1, 2)],
         f"k {key_type}, c long, ts long, amount double")

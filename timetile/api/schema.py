@@ -21,6 +21,8 @@ Schema = Mapping[str, str]
 TIME_TYPES = frozenset({"int", "timestamp", "string"})
 #: Column types an aggregation may read.
 VALUE_TYPES = frozenset(value.value for value in ValueType)
+#: Type names of nested columns, which cannot key a GroupBy: the executors group by one value.
+_NESTED_TYPES = ("array<", "struct<", "map<")
 
 
 def _missing(field: str, column: str, label: str, schema: Schema) -> Problem:
@@ -45,6 +47,11 @@ def group_by_problems(group_by: GroupBy, schema: Schema, field: str = "") -> lis
     problems = time_problems(f"{field}source.time_column", group_by.time_column, label, schema)
     problems += [_missing(f"{field}keys", key, label, schema)
                  for key in group_by.keys if key not in schema]
+    problems += [Problem(f"{field}keys", f"key {key!r} is {schema[key]}, and a key must be one "
+                         "value (a number, string, boolean, date, timestamp or binary)",
+                         f"cast it in the source's select, e.g. {{'{key}': 'to_json({key})'}}, "
+                         "or key by its parts as several columns")
+                 for key in group_by.keys if schema.get(key, "").startswith(_NESTED_TYPES)]
     for index, aggregation in enumerate(group_by.aggregations or ()):
         where = f"{field}aggregations[{index}]"
         column_type = schema.get(aggregation.column)

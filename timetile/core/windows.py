@@ -98,11 +98,14 @@ def window_bounds(
         return np.full_like(q, MIN_TIME), q
     if length_ms is None:
         raise ValueError(f"a {kind.value} window needs a length")
+    # A window that reaches back past the first representable time starts there (where
+    # q - length, or its floor to the hop, wraps around, the wrapped value is not used).
     if kind is WindowKind.SLIDING:
-        return q - length_ms, q
+        return np.where(q < MIN_TIME + length_ms, MIN_TIME, q - length_ms), q
     if hop_ms is None:
         raise ValueError(f"a {kind.value} window needs a hop")
-    start = floor_to(q - length_ms, hop_ms)
+    start = np.where(q < MIN_TIME + length_ms + hop_ms, MIN_TIME,
+                     floor_to(q - length_ms, hop_ms))
     if kind is WindowKind.SAWTOOTH:
         return start, q
-    return start, floor_to(q, hop_ms)
+    return start, np.where(q < MIN_TIME + hop_ms, MIN_TIME, floor_to(q, hop_ms))

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from timetile.core.aggregators import Aggregator, Bucketed, bucketed_values, make_aggregator
@@ -120,5 +121,18 @@ def reference_features(plan: PartPlan, queries: DataFrame,
         # A plain function: PySpark reads the arity and would count a callable's ``self``.
         return evaluator(key_queries, key_events)
 
-    grouped = queries.groupBy(*plan.keys).cogroup(plan.events.groupBy(*plan.keys))
+    grouped = (_zeros_as_one(queries, plan.keys).groupBy(*plan.keys)
+               .cogroup(_zeros_as_one(plan.events, plan.keys).groupBy(*plan.keys)))
     return grouped.applyInArrow(evaluate, schema)
+
+
+def _zeros_as_one(frame: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Return ``frame`` with ``-0.0`` as ``0.0`` in its float keys.
+
+    Spark's joins and aggregates treat them as one key, but a cogroup hashes and groups the
+    raw values, so without this a key's ``-0.0`` rows and ``0.0`` rows would part.
+    """
+    floats = {key: frame.schema[key].dataType for key in keys
+              if isinstance(frame.schema[key].dataType, (T.FloatType, T.DoubleType))}
+    return frame.withColumns({key: F.when(F.col(key) == 0, F.lit(0.0).cast(kind))
+                              .otherwise(F.col(key)) for key, kind in floats.items()})
