@@ -98,12 +98,28 @@ def window_bounds(
         return np.full_like(q, MIN_TIME), q
     if length_ms is None:
         raise ValueError(f"a {kind.value} window needs a length")
-    # A window that reaches back past the first representable time starts there (where
-    # q - length, or its floor to the hop, wraps around, the wrapped value is not used).
+    if kind is not WindowKind.SLIDING and hop_ms is None:
+        raise ValueError(f"a {kind.value} window needs a hop")
+    if q.size and int(q.min()) < MIN_TIME + length_ms + (hop_ms or 0):
+        return _from_the_first_time(q, kind, length_ms, hop_ms or 1)
+    if kind is WindowKind.SLIDING:
+        return q - length_ms, q
+    assert hop_ms is not None
+    start = floor_to(q - length_ms, hop_ms)
+    if kind is WindowKind.SAWTOOTH:
+        return start, q
+    return start, floor_to(q, hop_ms)
+
+
+def _from_the_first_time(q: npt.NDArray[np.int64], kind: WindowKind, length_ms: int,
+                         hop_ms: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`window_bounds` where some window reaches back past the first int64 time.
+
+    Such a window starts there: ``q - length`` (or its floor to the hop) would wrap around to
+    a huge start. The wrapped values are computed, and not used.
+    """
     if kind is WindowKind.SLIDING:
         return np.where(q < MIN_TIME + length_ms, MIN_TIME, q - length_ms), q
-    if hop_ms is None:
-        raise ValueError(f"a {kind.value} window needs a hop")
     start = np.where(q < MIN_TIME + length_ms + hop_ms, MIN_TIME,
                      floor_to(q - length_ms, hop_ms))
     if kind is WindowKind.SAWTOOTH:
