@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import timetile as tt
@@ -47,6 +47,9 @@ def test_floor_is_a_true_floor_before_the_epoch() -> None:
 
 
 @given(st.integers(MIN, MIN + 10**6), st.integers(1, 10**5), st.integers(1, 10**4))
+@example(MIN + 3, 1, 3).via("a floor above MIN, though MIN + length + hop > q")
+@example(MIN + 2, 1, 3).via("a hopping end above MIN, though q < MIN + hop")
+@example(MIN + 1_000, 10, 1_000).via("MIN is not a multiple of the hop")
 def test_windows_reaching_past_the_first_time_start_there(query: int, length: int,
                                                           hop: int) -> None:
     # q - length (and its floor to the hop) below int64 would wrap around to a huge start

@@ -21,8 +21,9 @@ Schema = Mapping[str, str]
 TIME_TYPES = frozenset({"int", "timestamp", "string"})
 #: Column types an aggregation may read.
 VALUE_TYPES = frozenset(value.value for value in ValueType)
-#: Type names of nested columns, which cannot key a GroupBy: the executors group by one value.
-_NESTED_TYPES = ("array<", "struct<", "map<")
+#: Type names of nested (and semi-structured) columns, which cannot key a GroupBy: the
+#: executors group by one value.
+_NESTED_TYPES = ("array<", "struct<", "map<", "variant")
 
 
 def _missing(field: str, column: str, label: str, schema: Schema) -> Problem:

@@ -10,11 +10,13 @@ out the same rows. :func:`text_millis` reads the ISO-8601 forms of Spark's gramm
 with up to 9 digits of fraction (truncated to the millisecond, as Spark truncates to the
 microsecond and ``unix_millis`` floors), and a zone of ``Z``, ``UTC``, ``GMT`` or an
 offset ``±hh``, ``±hhmm``, ``±hh:mm`` (optionally after one space); none means UTC (the
-batch side refuses other session zones). Surrounding whitespace and control characters are
-ignored. A string of that shape with an impossible field (month 13, 30 February, hour 24,
-second 60, an offset beyond ±18:00) is null, as Spark makes it. Spark reads a few more
-forms (a signed or longer year, a zone by region name, a time without a date, which means
-today); those, and anything else, raise, so that no row is ever placed differently online.
+batch side refuses other session zones). Surrounding ASCII whitespace and control
+characters are ignored. A string of that shape with an impossible field (month 13,
+30 February, hour 24, second 60, an offset beyond ±18:00) is null, as Spark makes it.
+Spark reads a few more forms (a signed or longer year, a zone by region name, a time without
+a date, which means today); those, and anything else, raise, so that no row is ever placed
+differently online. Spark's ``spark.sql.timestampType=TIMESTAMP_NTZ`` would drop offsets
+on the batch side: keep the default.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ _SHAPE = re.compile(
     r"(?:[T ](?P<hour>\d{1,2})"
     r"(?::(?P<minute>\d{1,2})"
     r"(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{1,9}))?"
-    r"(?: ?(?P<zone>Z|UTC|GMT|(?P<sign>[+-])(?P<zone_hours>\d{2}):?(?P<zone_minutes>\d{2})?))?"
+    r"(?: ?(?P<zone>Z|UTC|GMT|(?P<sign>[+-])(?P<zone_hours>\d{2})(?::?(?P<zone_minutes>\d{2}))?))?"
     r")?)?)?)?)?",
+    re.ASCII,  # Spark reads only ASCII digits
 )
-#: What Spark trims from both ends: ASCII whitespace and control characters, ISO controls.
-_TRIMMED = "".join(chr(code) for code in (*range(33), *range(127, 160)))
+#: What Spark trims from both ends: ASCII whitespace and control characters (it looks at
+#: single bytes, so no character beyond ASCII is trimmed).
+_TRIMMED = "".join(chr(code) for code in (*range(33), 127))
 _DAYS_BEFORE_MONTH = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
 _MAX_OFFSET_MINUTES = 18 * 60
 
@@ -59,7 +63,7 @@ def text_millis(text: str) -> int | None:
     found = _SHAPE.fullmatch(text.strip(_TRIMMED))
     if found is None:
         raise TimeTextError(f"{text!r} is not an ISO-8601 time of the form "
-                            "yyyy-mm-dd[Thh:mm[:ss[.fff]]][Z|±hh:mm]")
+                            "yyyy[-mm[-dd[Thh[:mm[:ss[.fff][Z|±hh:mm]]]]]]")
     year, month, day = (int(found[name] or 1) for name in ("year", "month", "day"))
     hour, minute, second = (int(found[name] or 0) for name in ("hour", "minute", "second"))
     offset = _offset_minutes(found)

@@ -115,13 +115,17 @@ def _from_the_first_time(q: npt.NDArray[np.int64], kind: WindowKind, length_ms: 
                          hop_ms: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """:func:`window_bounds` where some window reaches back past the first int64 time.
 
-    Such a window starts there: ``q - length`` (or its floor to the hop) would wrap around to
-    a huge start. The wrapped values are computed, and not used.
+    Such a window starts there, and every other bound is the usual one: computed in Python's
+    unbounded integers, where ``q - length`` (or its floor to the hop) cannot wrap around.
+    O(n) interpreted, for the rare batch that holds such a query.
     """
+    def floored(at: int) -> int:
+        return max(int(MIN_TIME), at - at % hop_ms)
+
+    times = q.tolist()
     if kind is WindowKind.SLIDING:
-        return np.where(q < MIN_TIME + length_ms, MIN_TIME, q - length_ms), q
-    start = np.where(q < MIN_TIME + length_ms + hop_ms, MIN_TIME,
-                     floor_to(q - length_ms, hop_ms))
-    if kind is WindowKind.SAWTOOTH:
-        return start, q
-    return start, np.where(q < MIN_TIME + hop_ms, MIN_TIME, floor_to(q, hop_ms))
+        starts = [max(int(MIN_TIME), at - length_ms) for at in times]
+    else:
+        starts = [floored(at - length_ms) for at in times]
+    ends = [floored(at) for at in times] if kind is WindowKind.HOPPING else times
+    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)

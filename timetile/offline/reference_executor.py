@@ -121,12 +121,12 @@ def reference_features(plan: PartPlan, queries: DataFrame,
         # A plain function: PySpark reads the arity and would count a callable's ``self``.
         return evaluator(key_queries, key_events)
 
-    grouped = (_zeros_as_one(queries, plan.keys).groupBy(*plan.keys)
-               .cogroup(_zeros_as_one(plan.events, plan.keys).groupBy(*plan.keys)))
+    grouped = (_signed_zeros_as_one(queries, plan.keys).groupBy(*plan.keys)
+               .cogroup(_signed_zeros_as_one(plan.events, plan.keys).groupBy(*plan.keys)))
     return grouped.applyInArrow(evaluate, schema)
 
 
-def _zeros_as_one(frame: DataFrame, keys: Sequence[str]) -> DataFrame:
+def _signed_zeros_as_one(frame: DataFrame, keys: Sequence[str]) -> DataFrame:
     """Return ``frame`` with ``-0.0`` as ``0.0`` in its float keys.
 
     Spark's joins and aggregates treat them as one key, but a cogroup hashes and groups the

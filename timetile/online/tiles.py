@@ -101,7 +101,6 @@ def timestamp_millis(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
     return [int(value) if ok else None for value, ok in zip(values.tolist(), valid, strict=True)]
 
 
-
 def _text_millis(text: str, name: str) -> int | None:
     """Return a time string as epoch ms, as the batch side reads it, or raise naming ``name``."""
     try:

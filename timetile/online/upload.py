@@ -44,7 +44,7 @@ from timetile.core.batch_record import (
     OnlineFeature,
     build_record,
 )
-from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
+from timetile.core.timeutil import DAY_MS, date_to_ms, format_duration, ms_to_iso
 from timetile.core.windows import WindowKind
 from timetile.online.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
 from timetile.online.layout import (
@@ -258,11 +258,11 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
                  if schema.get(column) in ROW_TYPES and schema[column] not in LOOKUP_TYPES]
     source = group_by.source
     period = source.period_ms if isinstance(source, EventSource) else None
-    if isinstance(source, EventSource) and period is not None and DAY_MS % period:
+    if period is not None and DAY_MS % period:
         # A feature at q is the one at floor(q, period), before the record's day end for
         # the first fetches after it: the record, built as of the day end, cannot answer.
-        problems.append(Problem(f"{field}.source.period", f"{source.period} does not "
-                                "divide a day, so the records, built as of each day's end, "
+        problems.append(Problem(f"{field}.source.period", f"{format_duration(period)} does "
+                                "not divide a day, so the records, built as of each day's end, "
                                 "cannot answer the first periods after it",
                                 "serve a source whose period divides a day (1h, 6h, 8h, 1d); "
                                 "the backfill takes any period"))
