@@ -68,3 +68,15 @@ def test_text_times_read_as_spark_reads_them_or_raise(spark: Any) -> None:
         assert got == expected, text
     assert compared > 1_000
     assert refused < compared  # the grammar covers most shapes
+
+
+def test_what_spark_leaves_out_text_millis_refuses(spark: Any) -> None:
+    # Python reads these (its \d and int() take any digit; it could trim U+0085), Spark does not
+    texts = ["2024-01-01T00:00:00+01:", "\u0662\u0660\u0662\u0664-01-01",
+             "\uff12\uff10\uff12\uff14-01-01", "2024-01-01\x85", "\x9f2024-01-01"]
+    frame = spark.createDataFrame([(text,) for text in texts], "t string")
+    assert [row[0] for row in frame.select(time_millis("t", T.StringType())).collect()] == [
+        None] * len(texts)
+    for text in texts:
+        with pytest.raises(TimeTextError):
+            text_millis(text)
