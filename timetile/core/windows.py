@@ -100,15 +100,15 @@ def window_bounds(
         raise ValueError(f"a {kind.value} window needs a length")
     if kind is not WindowKind.SLIDING and hop_ms is None:
         raise ValueError(f"a {kind.value} window needs a hop")
-    if q.size and int(q.min()) < MIN_TIME + length_ms + (hop_ms or 0):
-        return _from_the_first_time(q, kind, length_ms, hop_ms or 1)
+    hop = hop_ms or 0  # a sliding window has none
+    if q.size and int(q.min()) < MIN_TIME + length_ms + hop:
+        return _from_the_first_time(q, kind, length_ms, hop)
     if kind is WindowKind.SLIDING:
         return q - length_ms, q
-    assert hop_ms is not None
-    start = floor_to(q - length_ms, hop_ms)
+    start = floor_to(q - length_ms, hop)
     if kind is WindowKind.SAWTOOTH:
         return start, q
-    return start, floor_to(q, hop_ms)
+    return start, floor_to(q, hop)
 
 
 def _from_the_first_time(q: npt.NDArray[np.int64], kind: WindowKind, length_ms: int,
@@ -117,7 +117,8 @@ def _from_the_first_time(q: npt.NDArray[np.int64], kind: WindowKind, length_ms: 
 
     Such a window starts there, and every other bound is the usual one: computed in Python's
     unbounded integers, where ``q - length`` (or its floor to the hop) cannot wrap around.
-    O(n) interpreted, for the rare batch that holds such a query.
+    O(n) interpreted, for the rare batch that holds such a query. ``hop_ms`` is 0 for a
+    sliding window.
     """
     def floored(at: int) -> int:
         return max(int(MIN_TIME), at - at % hop_ms)
