@@ -21,6 +21,7 @@ on the batch side: keep the default.
 
 from __future__ import annotations
 
+import calendar
 import re
 
 _SHAPE = re.compile(
@@ -37,7 +38,8 @@ _SHAPE = re.compile(
 #: What Spark trims from both ends: ASCII whitespace and control characters (it looks at
 #: single bytes, so no character beyond ASCII is trimmed).
 _TRIMMED = "".join(chr(code) for code in (*range(33), 127))
-_DAYS_BEFORE_MONTH = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
+_MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # in a common year
+_DAYS_TO_EPOCH = 365 * 1970 + calendar.leapdays(0, 1970)  # from 0000-01-01
 _MAX_OFFSET_MINUTES = 18 * 60
 
 
@@ -86,21 +88,15 @@ def _offset_minutes(found: re.Match[str]) -> int | None:
     return (hours * 60 + minutes) * (-1 if found["sign"] == "-" else 1)
 
 
-def _is_leap(year: int) -> bool:
-    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-
-
 def _days_in_month(year: int, month: int) -> int:
-    if month == 2:
-        return 29 if _is_leap(year) else 28
-    return 30 if month in (4, 6, 9, 11) else 31
+    return _MONTH_DAYS[month - 1] + (month == 2 and calendar.isleap(year))
 
 
 def _days_from_epoch(year: int, month: int, day: int) -> int:
-    """Days from 1970-01-01 in the proleptic Gregorian calendar (Spark's), year 0 included."""
-    before = year - 1  # whole years before this one, counted from year 0's start
-    leap_days = before // 4 - before // 100 + before // 400 + 1  # year 0 is a leap year
-    days = 365 * year + leap_days + _DAYS_BEFORE_MONTH[month - 1] + day - 1
-    if month > 2 and _is_leap(year):
-        days += 1
-    return days - 719_528  # days from 0000-01-01 to 1970-01-01
+    """Days from 1970-01-01 in the proleptic Gregorian calendar (Spark's), year 0 included.
+
+    ``calendar``'s leap-year arithmetic takes year 0 (a leap year); ``datetime`` does not.
+    """
+    days = (365 * year + calendar.leapdays(0, year) + sum(_MONTH_DAYS[:month - 1]) + day - 1
+            + (month > 2 and calendar.isleap(year)))
+    return days - _DAYS_TO_EPOCH
