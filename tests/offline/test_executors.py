@@ -159,3 +159,20 @@ def test_timestamp_and_date_keys_work_on_every_executor(spark: Any) -> None:
         for executor in executors + (["sweep"] if "variance" not in ops else []):
             job = tt.BackfillJob(join, spark, executor=executor, max_key_events=20)
             assert rows(job.dataframe()) == expected, (ops, executor)
+
+
+def test_a_range_open_on_one_side_keeps_the_first_and_last_milliseconds(spark: Any) -> None:
+    """``start`` alone keeps a left row at the last int64 millisecond, ``end`` at the first."""
+    first, last = -(2**63), 2**63 - 1
+    events = spark.createDataFrame([(1, BASE, 1.0), (1, BASE + HOUR_MS, 2.0)],
+                                   "user_id long, ts long, amount double")
+    queries = spark.createDataFrame([(1, t, i) for i, t in enumerate((first, BASE + 1, last))],
+                                    "user_id long, ts long, qid int")
+    group_by = tt.GroupBy("edge", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", "count"), tt.Aggregation("amount", "sum", windows=["1d"])])
+    join = tt.Join("edges", tt.EventSource(queries), [group_by])
+    for executor in ("auto", "reference"):
+        after = rows(tt.backfill(join, spark, start="2024-01-01", executor=executor))
+        assert after == [(1, BASE + 1, 1, 1, 1.0), (1, last, 2, 2, None)], executor
+        before = rows(tt.backfill(join, spark, end="2024-01-01", executor=executor))
+        assert before == [(1, first, 0, 0, None), (1, BASE + 1, 1, 1, 1.0)], executor

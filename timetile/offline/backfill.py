@@ -225,7 +225,12 @@ class BackfillJob:
         if self.range_ms is None:
             return self.plan.left
         low, high = self.range_ms
-        return self.plan.left.where((F.col(TIME) >= low) & (F.col(TIME) < high))
+        kept = F.lit(True)
+        if low is not None:
+            kept &= F.col(TIME) >= low
+        if high is not None:
+            kept &= F.col(TIME) < high
+        return self.plan.left.where(kept)
 
     def dataframe(self) -> DataFrame:
         """Return the output DataFrame. Lazy: Spark runs it when you write or collect it.
@@ -278,7 +283,7 @@ class BackfillJob:
 
     def _ranged(self, part: PartPlan) -> PartPlan:
         """Return the part without the events after the range: they count for no left row."""
-        if self.range_ms is None:
+        if self.range_ms is None or self.range_ms[1] is None:
             return part
         return replace(part, events=part.events.where(F.col(TIME) < self.range_ms[1]))
 
@@ -450,17 +455,26 @@ def _arrow_compatible(frame: DataFrame) -> bool:
     return True
 
 
-def _shifted(millis: int) -> int:
-    """Move a range bound one day later, saturating at the int64 limits."""
-    return max(-(2**63), min(2**63 - 1, millis + DAY_MS))
+#: The left rows kept, as epoch milliseconds: ``low <= time < high``, a side None if open.
+TimeRange = tuple[int | None, int | None]
 
 
-def _time_range(start: str | None, end: str | None) -> tuple[int, int] | None:
+def _shifted(millis: int | None) -> int | None:
+    """Move a range bound one day later (an open side stays open)."""
+    return None if millis is None else millis + DAY_MS
+
+
+def _time_range(start: str | None, end: str | None) -> TimeRange | None:
+    """Return the range of ``start`` and ``end`` (days, inclusive), or None for all rows.
+
+    A side not given is open, so no time is left out on it (the first and last int64
+    milliseconds included).
+    """
     if start is None and end is None:
         return None
-    low = date_to_ms(start) if start is not None else -(2**63)
-    high = date_to_ms(end) + DAY_MS if end is not None else 2**63 - 1
-    if low >= high:
+    low = date_to_ms(start) if start is not None else None
+    high = date_to_ms(end) + DAY_MS if end is not None else None
+    if low is not None and high is not None and low >= high:
         raise ValueError(f"start {start} is after end {end}: give start <= end")
     return low, high
 
