@@ -9,7 +9,7 @@ compute features per distinct (keys, time) query, which are joined back to the l
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -24,7 +24,6 @@ from timetile.offline.entity_executor import entity_features, entity_output_fiel
 from timetile.offline.hot_keys import (
     KeySplit,
     find_hot_keys,
-    key_bucket,
     part_reach,
     worth_tallying,
 )
@@ -42,8 +41,9 @@ from timetile.offline.plan import (
     plan_backfill,
 )
 from timetile.offline.reference_executor import reference_features
-from timetile.offline.report import BadInputError, JobReport, SourceCounts
+from timetile.offline.report import BadInputError, JobReport
 from timetile.offline.result_types import arrow_schema
+from timetile.offline.source_counts import count_sources
 from timetile.offline.sweep_executor import sweep_features, sweepable, sweeps
 from timetile.offline.tiled_executor import tiled_features
 from timetile.spark.entities import DAY
@@ -137,7 +137,7 @@ class BackfillJob:
         if self.plan.entity_left and self.range_ms is not None:  # a left row is its day's end
             self.range_ms = (_shifted(self.range_ms[0]), _shifted(self.range_ms[1]))
         with self.report.stage("count input"):
-            self.report.sources.extend(_count_sources(self.plan, self._bounded_keys()))
+            self.report.sources.extend(count_sources(self.plan, self._bounded_keys()))
         self._check_input(strict)
         with self.report.stage("find snapshot days"):
             self._check_snapshots(strict)
@@ -477,54 +477,6 @@ def _time_range(start: str | None, end: str | None) -> TimeRange | None:
     if low is not None and high is not None and low >= high:
         raise ValueError(f"start {start} is after end {end}: give start <= end")
     return low, high
-
-
-def _count_sources(plan: BackfillPlan,
-                   bounded: Mapping[int, Collection[tuple[str, ...]]]) -> list[SourceCounts]:
-    """Count every source's rows, those it cannot use, and its fullest key buckets: one job.
-
-    ``bounded`` names, per index into ``plan.counted``, the tuples of key columns whose
-    fullest bucket to find (:attr:`SourceCounts.fullest_bucket`): a source's usable rows are
-    tallied per bucket of each tuple's hash (:func:`key_bucket`), the fullest kept. One
-    aggregate row per (source, tuple of keys), tagged and unioned, so that the sources are
-    scanned side by side instead of one job (and its scheduling) after another; a source is
-    scanned once per tuple of keys, or once without any.
-    """
-    tallies = []
-    for index, source in enumerate(plan.counted):
-        no_key = F.lit(False)
-        for key in source.keys:
-            no_key |= F.col(key).isNull()
-        flags = [source.placed.alias("_tt_placed"), no_key.alias("_tt_no_key")]
-        placed, keyless = F.col("_tt_placed"), F.col("_tt_no_key")
-        counts = [F.count(F.lit(1)).alias("rows"), F.count_if(~placed).alias("without_time"),
-                  F.count_if(placed & keyless).alias("without_key")]
-        tag = [F.lit(index).alias("source")]
-        if not bounded.get(index):  # one aggregate: no shuffle of buckets
-            tallies.append(source.frame.select(*flags).agg(
-                *tag, F.lit(0).alias("keys"), *counts, F.lit(None).cast("long").alias("fullest")))
-            continue
-        for position, keys in enumerate(sorted(bounded[index])):
-            tallies.append(
-                source.frame.select(key_bucket(keys).alias("_tt_bucket"), *flags)
-                .groupBy("_tt_bucket")
-                .agg(*counts, F.count_if(placed & ~keyless).alias("usable"))
-                .agg(*tag, F.lit(position).alias("keys"),
-                     *[F.coalesce(F.sum(name), F.lit(0)).alias(name)  # 0, not null, if empty
-                       for name in ("rows", "without_time", "without_key")],
-                     F.max("usable").alias("fullest")))
-    union = tallies[0]
-    for tally in tallies[1:]:
-        union = union.unionByName(tally)
-    rows = {(row["source"], row["keys"]): row for row in union.collect()}  # a few small rows
-    found = []
-    for index, source in enumerate(plan.counted):
-        row = rows[(index, 0)]
-        fullest = {keys: rows[(index, position)]["fullest"] or 0
-                   for position, keys in enumerate(sorted(bounded.get(index, ())))}
-        found.append(SourceCounts(source.role, source.label, row["rows"], row["without_time"],
-                                  row["without_key"], source.time, fullest))
-    return found
 
 
 def backfill(
