@@ -184,6 +184,18 @@ class TestJoin:
             tt.Join("m", tt.EventSource("checkouts"), [views, views])
         tt.Join("m", tt.EventSource("checkouts"), [views, tt.JoinPart(views, prefix="host")])
 
+    def test_names_that_differ_only_in_case_are_one_column_to_spark(self) -> None:
+        views = views_group_by()
+        shouting = views_group_by(name="User_views",
+                                  source=tt.EventSource("events.other_views"))
+        with raises(r"parts\[1\]: produces 'User_views_duration_sum_1h', as parts\[0\] does "
+                    r"\(as 'user_views_duration_sum_1h': Spark ignores case\)\. Fix: give one"):
+            tt.Join("m", tt.EventSource("checkouts"), [views, shouting])
+        with raises(r"select: names 'ts' and 'TS', one column to Spark"):
+            tt.EventSource("events.views", select=["user_id", "ts", "TS"])
+        with raises(r"select: names 'ts' twice"):
+            tt.EventSource("events.views", select=["user_id", "ts", "ts"])
+
     def test_key_mapping_to_an_unknown_key(self) -> None:
         with raises(r"key_mapping: maps to \['guest'\], which are not keys of user_views"):
             tt.JoinPart(views_group_by(), key_mapping={"guest_id": "guest"})
@@ -244,6 +256,12 @@ class TestSchemaChecks:
         with raises(r"key_mapping: 'user_id' is not a column of the left side checkouts"):
             self.check(self.join(tt.Aggregation("duration", "sum")), left={"ts": "int"})
 
+    def test_a_left_column_differing_only_in_case_from_a_feature(self) -> None:
+        with raises(r"prefix: outputs \['user_views_duration_sum_1h'\], which the left side "
+                    r"already has"):
+            self.check(self.join(tt.Aggregation("duration", "sum", windows=["1h"])),
+                       left={**self.LEFT, "USER_VIEWS_DURATION_SUM_1H": "int"})
+
     def test_time_column_type(self) -> None:
         with raises(r"left\.time_column: 'ts' is float, not a time"):
             self.check(self.join(tt.Aggregation("duration", "sum")),
@@ -254,6 +272,27 @@ class TestSchemaChecks:
             self.check(self.join(tt.Aggregation("nope", "sum"), tt.Aggregation("listing", "sum")))
         assert len(caught.value.problems) == 2
         assert str(caught.value).startswith("2 problems in Join 'm':")
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: views_group_by(keys=None), r"keys: None names no key column"),
+    (lambda: views_group_by(keys=5), r"keys: 5 names no key column"),
+    (lambda: views_group_by(aggregations=tt.Aggregation("duration", "sum")),
+     r"aggregations: Aggregation\(.*\) is not a list\. Fix: write aggregations=\["),
+    (lambda: tt.Aggregation("duration", ["sum"]), r"op: \['sum'\] is not an op"),
+    (lambda: tt.Aggregation("duration", "sum", windows=7),
+     r"windows: 7 is not a list of windows"),
+    (lambda: tt.Aggregation("duration", "approx_percentile", percentiles=0.5),
+     r"percentiles: 0\.5 is not a list of ranks\. Fix: write percentiles=\[0\.5\]"),
+    (lambda: tt.JoinPart(views_group_by(), key_mapping="user_id"),
+     r"key_mapping: 'user_id' is not a mapping"),
+    (lambda: tt.EntitySource("listings", partition_column=None),
+     r"partition_column: None names no column\. Fix: .* its default 'ds'"),
+    (lambda: tt.EntitySource("listings", time_column=""), r"time_column: '' names no column"),
+])
+def test_arguments_of_the_wrong_type_name_their_field(make: object, match: str) -> None:
+    with raises(match):
+        make()  # type: ignore[operator]
 
 
 def test_two_group_bys_with_one_name_are_refused() -> None:

@@ -76,3 +76,42 @@ def test_every_source_is_counted_apart(spark: Any) -> None:
     counts = {source.role: (source.rows, source.without_time, source.without_key)
               for source in job.report.sources}
     assert counts == {"left": (3, 1, 0), "views": (4, 1, 1), "clicks": (3, 3, 0)}
+    latest = {source.role: source.latest_integer_time for source in job.report.sources}
+    assert latest == {"left": 30, "views": 8, "clicks": None}
+
+
+@pytest.mark.parametrize(("side", "kind", "match"), [
+    ("events", "int", r"parts\[0\]\.source\.time_column: 'ts' is int: epoch milliseconds need a "
+     r"bigint.*Fix: .*\{'ts': 'timestamp_seconds\(ts\)'\} if seconds"),
+    ("left", "smallint", r"left\.time_column: 'ts' is smallint"),
+    ("left", "date", r"left\.time_column: 'ts' is date, not a time\. Fix: use epoch milliseconds "
+     r".*\{'ts': 'CAST\(ts AS TIMESTAMP\)'\}"),
+    ("events", "boolean", r"parts\[0\]\.source\.time_column: 'ts' is boolean, not a time"),
+])
+def test_a_time_column_that_cannot_hold_milliseconds_is_refused(
+        spark: Any, side: str, kind: str, match: str) -> None:
+    """Narrow integers and dates would read as January 1970 or fail in Spark's cast."""
+    rows = spark.createDataFrame([(1, 5, 1.0)], "user_id long, ts long, amount double")
+    odd = rows.withColumn("ts", rows.ts.cast(kind) if kind != "date" else rows.ts.cast(
+        "timestamp").cast("date"))
+    queries = spark.createDataFrame([(1, 10)], "user_id long, ts long")
+    group_by = tt.GroupBy("g", tt.EventSource(odd if side == "events" else rows), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["1d"])])
+    left = odd.drop("amount") if side == "left" else queries
+    with pytest.raises(tt.DefinitionError, match=match):
+        tt.BackfillJob(tt.Join("m", tt.EventSource(left), [group_by]), spark)
+
+
+def test_integer_times_that_look_like_seconds_are_reported(spark: Any) -> None:
+    """Epoch seconds read as milliseconds land in January 1970: the report says so."""
+    day = 1_704_067_200  # 2024-01-01 in seconds
+    events = spark.createDataFrame([(1, day - 60, 1.0), (1, day - 7_200, 2.0)],
+                                   "user_id long, ts long, amount double")
+    queries = spark.createDataFrame([(1, day * 1000)], "user_id long, ts long")
+    group_by = tt.GroupBy("g", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["1d"])])
+    job = tt.BackfillJob(tt.Join("m", tt.EventSource(queries), [group_by]), spark)
+    seconds = [note for note in job.report.notes if "epoch milliseconds" in note]
+    assert seconds == ["g (a DataFrame): every time is before 1973-03-03 (the latest is "
+                       "1,704,067,140), and integer times are epoch milliseconds: if they are "
+                       "seconds, convert them in the source's select with timestamp_seconds(...)"]

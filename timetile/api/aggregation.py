@@ -55,7 +55,7 @@ class Aggregation:
         subject = f"Aggregation({self.column!r}, {self.op!r})"
         if not isinstance(self.column, str) or not self.column:
             raise DefinitionError.single(subject, "column", "is empty", "name an input column")
-        if self.op not in OPS:
+        if not isinstance(self.op, str) or self.op not in OPS:
             raise DefinitionError.single(
                 subject, "op", f"{self.op!r} is not an op", one_of(str(self.op), OPS)
             )
@@ -83,6 +83,10 @@ class Aggregation:
             raise DefinitionError.single(subject, "k", f"{self.k!r} is not a positive int",
                                          "give k >= 1")
         if self.percentiles is not None:
+            if isinstance(self.percentiles, str) or not isinstance(self.percentiles, Sequence):
+                raise DefinitionError.single(
+                    subject, "percentiles", f"{self.percentiles!r} is not a list of ranks",
+                    f"write percentiles=[{self.percentiles!r}]")
             bad = [p for p in self.percentiles
                    if not isinstance(p, (int, float)) or not 0 <= p <= 1]
             if bad or isinstance(self.percentiles, str) or not list(self.percentiles):
@@ -95,7 +99,9 @@ class Aggregation:
         if isinstance(self.windows, (str, Window)):
             raise DefinitionError.single(subject, "windows", "is a single window, not a list",
                                          f"write windows=[{self.windows!r}]")
-        assert self.windows is not None
+        if not isinstance(self.windows, Sequence):
+            raise DefinitionError.single(subject, "windows", f"{self.windows!r} is not a list "
+                                         "of windows", "write windows=['1d', '7d']")
         try:
             parsed = tuple(Window.parse(window) for window in self.windows)
         except DefinitionError as error:

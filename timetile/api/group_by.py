@@ -77,6 +77,9 @@ class GroupBy:
         if not isinstance(self.source, (EventSource, EntitySource)):
             raise DefinitionError.single(subject, "source", f"{self.source!r} is not a source",
                                          "use tt.EventSource(...) or tt.EntitySource(...)")
+        if not isinstance(self.keys, (str, Sequence)):
+            raise DefinitionError.single(subject, "keys", f"{self.keys!r} names no key column",
+                                         "give the key columns, e.g. keys=['user_id']")
         keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
         if not keys or not all(isinstance(key, str) and key for key in keys):
             raise DefinitionError.single(subject, "keys", f"{self.keys!r} names no key column",
@@ -88,6 +91,10 @@ class GroupBy:
         if not isinstance(self.accuracy, Accuracy):
             raise DefinitionError.single(subject, "accuracy", f"{self.accuracy!r} is unknown",
                                          "use tt.Accuracy.TEMPORAL or tt.Accuracy.SNAPSHOT")
+        if self.aggregations is not None and not isinstance(self.aggregations, Sequence):
+            raise DefinitionError.single(
+                subject, "aggregations", f"{self.aggregations!r} is not a list",
+                "write aggregations=[tt.Aggregation(...), ...]")
         aggregations = None if self.aggregations is None else tuple(self.aggregations)
         object.__setattr__(self, "aggregations", aggregations)
         problems = self._problems()

@@ -48,6 +48,9 @@ class JoinPart:
         subject = f"JoinPart {self.group_by.name!r}"
         if self.prefix is not None:
             check_name(subject + ".prefix", self.prefix)
+        if self.key_mapping is not None and not isinstance(self.key_mapping, Mapping):
+            raise DefinitionError.single(subject, "key_mapping", f"{self.key_mapping!r} is not "
+                                         "a mapping", "write key_mapping={'left_column': 'key'}")
         mapping = dict(self.key_mapping or {})
         unknown = {left: key for left, key in mapping.items() if key not in self.group_by.keys}
         if unknown:
@@ -174,14 +177,19 @@ class Join:
                     f"GroupBy too (parts[{first[0]}])",
                     "give each GroupBy its own name; a prefix only renames columns",
                 ))
+        spelled: dict[str, str] = {}  # Spark resolves names without regard to case
         for index, part in enumerate(self.join_parts):
             for column in part.output_columns():
-                if column in seen:
+                folded = column.casefold()
+                if folded in seen:
+                    same = spelled[folded] == column
                     problems.append(Problem(
-                        f"parts[{index}]", f"produces {column!r}, as parts[{seen[column]}] does",
+                        f"parts[{index}]", f"produces {column!r}, as parts[{seen[folded]}] does"
+                        + ("" if same else f" (as {spelled[folded]!r}: Spark ignores case)"),
                         "give one of them a prefix: tt.JoinPart(group_by, prefix='...')",
                     ))
-                seen.setdefault(column, index)
+                seen.setdefault(folded, index)
+                spelled.setdefault(folded, column)
         return problems
 
     def output_columns(self) -> list[str]:

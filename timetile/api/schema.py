@@ -119,7 +119,8 @@ def check_join(join: Join, left_schema: Schema, part_schemas: Mapping[str, Schem
                     f"{left_column!r} is {left_schema[left_column]} on the left side",
                     "cast one side in its source's select so both keys have the same type",
                 ))
-        clashes = sorted(set(part.output_columns()) & set(left_schema))
+        left_names = {column.casefold() for column in left_schema}  # Spark ignores case
+        clashes = sorted(c for c in part.output_columns() if c.casefold() in left_names)
         if clashes:
             problems.append(Problem(f"{field}prefix", f"outputs {clashes}, which the left side "
                                     "already has", "give the part a prefix"))

@@ -8,7 +8,7 @@ A source reads a Spark table name, a Parquet path, or a Spark DataFrame. A strin
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from timetile.api.errors import DefinitionError
@@ -42,6 +42,14 @@ def _normalize_select(owner: str, select: object) -> Projection | None:
                 owner, "select", f"{name!r}: {expression!r} is not a column name and expression",
                 "use strings: {'amount': 'price * quantity'} or ['amount', 'ts']",
             )
+    seen: dict[str, str] = {}  # Spark resolves names without regard to case
+    for name, _ in pairs:
+        if name.casefold() in seen:
+            raise DefinitionError.single(
+                owner, "select", f"names {name!r} twice" if seen[name.casefold()] == name
+                else f"names {seen[name.casefold()]!r} and {name!r}, one column to Spark",
+                "keep one of them, or rename one in a mapping {name: expression}")
+        seen[name.casefold()] = name
     return pairs
 
 
@@ -197,6 +205,19 @@ class EntitySource(_Projected):
 
     def __post_init__(self) -> None:
         _check_table("EntitySource", "snapshot_table", self.snapshot_table)
+        named = ("mutation_time_column", "is_before_column", "partition_column")
+        defaults = {field.name: field.default for field in fields(self) if field.name in named}
+        for name, default in defaults.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise DefinitionError.single("EntitySource", name, f"{value!r} names no column",
+                                             f"name the column, or leave {name} out for its "
+                                             f"default {default!r}")
+        if self.time_column is not None and (not isinstance(self.time_column, str)
+                                             or not self.time_column):
+            raise DefinitionError.single("EntitySource", "time_column",
+                                         f"{self.time_column!r} names no column",
+                                         "name the rows' time column, or None")
         if self.mutation_table is not None:
             _check_table("EntitySource", "mutation_table", self.mutation_table)
         object.__setattr__(self, "select", _normalize_select("EntitySource", self.select))

@@ -69,6 +69,11 @@ EXECUTORS: Mapping[str, Executor] = {
 }
 
 
+#: Integer times all before this (1973-03-03T09:46:40Z) look like epoch seconds: the job
+#: warns. Seconds of any day up to the year 5138 are below it.
+SECONDS_LIKE_MS = 100_000_000_000
+
+
 class BackfillJob:
     """A backfill, planned and checked on construction, run by :meth:`dataframe`.
 
@@ -183,6 +188,15 @@ class BackfillJob:
                 log.warning("%s (%s): %s rows left out (%s without time, %s without key)",
                             source.role, source.label, f"{source.left_out:,}",
                             f"{source.without_time:,}", f"{source.without_key:,}")
+            latest = source.latest_integer_time
+            if latest is not None and latest < SECONDS_LIKE_MS:
+                message = (
+                    f"{source.role} ({source.label}): every time is before "
+                    f"{ms_to_iso(SECONDS_LIKE_MS)[:10]} (the latest is {latest:,}), and integer "
+                    "times are epoch milliseconds: if they are seconds, convert them in the "
+                    "source's select with timestamp_seconds(...)")
+                log.warning("%s", message)
+                self.report.notes.append(message)
 
     def _check_snapshots(self, strict: bool) -> None:
         """Find, per entity part, the query days and those without a previous snapshot.

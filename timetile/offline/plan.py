@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from timetile.api.aggregation import Aggregation
 from timetile.api.errors import DefinitionError
@@ -212,6 +213,8 @@ class CountedSource:
         keys: the key columns: a row with a null one is left out.
         placed: true for rows that can be placed in time.
         time: what ``placed`` checks, for the report (``time``, ``partition``…).
+        integer_time: the time in epoch milliseconds when the source gives it as integers,
+            which could be seconds by mistake: the count job finds its latest value.
 
     """
 
@@ -221,6 +224,7 @@ class CountedSource:
     keys: tuple[str, ...]
     placed: Column
     time: str = "time"
+    integer_time: Column | None = None
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,8 @@ def _load_left(join: Join, spark: SparkSession) -> tuple[DataFrame, CountedSourc
     """Return the left rows with :data:`TIME`: an event's time, or the end of its day."""
     if isinstance(join.left, EventSource):
         left = load_events(spark, join.left, "left")
-        return left, CountedSource("left", join.left.label, left, (), F.col(TIME).isNotNull())
+        return left, CountedSource("left", join.left.label, left, (), F.col(TIME).isNotNull(),
+                                   integer_time=_integer_time(left, join.left.time_column))
     tables = load_entity(spark, join.left, "left")
     left = tables.snapshots.withColumn(TIME, day_end_ms(F.col(DAY))).drop(DAY)
     return left, CountedSource("left", join.left.label, left, (), F.col(TIME).isNotNull(),
@@ -335,7 +340,8 @@ def _read_columns(tables: EntityTables, group_by: GroupBy) -> EntityTables:
 def _counted(group_by: GroupBy, frame: DataFrame | EntityTables) -> list[CountedSource]:
     keys, name, label = tuple(group_by.keys), group_by.name, group_by.source.label
     if not isinstance(frame, EntityTables):
-        return [CountedSource(name, label, frame, keys, F.col(TIME).isNotNull())]
+        return [CountedSource(name, label, frame, keys, F.col(TIME).isNotNull(),
+                              integer_time=_integer_time(frame, group_by.time_column))]
     counted = [CountedSource(name, label, frame.snapshots, keys, F.col(DAY).isNotNull(),
                              "partition")]
     if frame.mutations is not None:
@@ -345,3 +351,10 @@ def _counted(group_by: GroupBy, frame: DataFrame | EntityTables) -> list[Counted
             F.col(MUTATION_TIME).isNotNull() & F.col(IS_BEFORE).isNotNull(),
             "mutation time or is_before"))
     return counted
+
+
+def _integer_time(frame: DataFrame, column: str | None) -> Column | None:
+    """Return :data:`TIME` if ``column`` holds integers (epoch milliseconds), else None."""
+    if column is None or column not in frame.columns:
+        return None
+    return F.col(TIME) if isinstance(frame.schema[column].dataType, T.LongType) else None

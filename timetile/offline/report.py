@@ -27,6 +27,8 @@ class SourceCounts:
         fullest_bucket: for some tuples of key columns (those of the parts that may sweep),
             the most usable rows in one bucket of the keys' hash
             (:func:`timetile.offline.hot_keys.key_bucket`): no key has more rows.
+        latest_integer_time: the latest time, if the source gives its time as integers
+            (epoch milliseconds); None otherwise, or when no row has one.
 
     """
 
@@ -37,6 +39,7 @@ class SourceCounts:
     without_key: int
     time: str = "time"
     fullest_bucket: Mapping[tuple[str, ...], int] = field(default_factory=dict, hash=False)
+    latest_integer_time: int | None = None
 
     @property
     def left_out(self) -> int:

@@ -19,6 +19,9 @@ def count_sources(plan: BackfillPlan,
                    bounded: Mapping[int, Collection[tuple[str, ...]]]) -> list[SourceCounts]:
     """Count every source's rows, those it cannot use, and its fullest key buckets: one job.
 
+    It also finds the latest time of each source that gives its time as integers
+    (:attr:`SourceCounts.latest_integer_time`).
+
     ``bounded`` names, per index into ``plan.counted``, the tuples of key columns whose
     fullest bucket to find (:attr:`SourceCounts.fullest_bucket`): a source's usable rows are
     tallied per bucket of each tuple's hash (:func:`key_bucket`), the fullest kept. One
@@ -31,10 +34,14 @@ def count_sources(plan: BackfillPlan,
         no_key = F.lit(False)
         for key in source.keys:
             no_key |= F.col(key).isNull()
-        flags = [source.placed.alias("_tt_placed"), no_key.alias("_tt_no_key")]
+        integer_time = (F.lit(None).cast("long") if source.integer_time is None
+                        else source.integer_time)
+        flags = [source.placed.alias("_tt_placed"), no_key.alias("_tt_no_key"),
+                 integer_time.alias("_tt_integer_time")]
         placed, keyless = F.col("_tt_placed"), F.col("_tt_no_key")
         counts = [F.count(F.lit(1)).alias("rows"), F.count_if(~placed).alias("without_time"),
-                  F.count_if(placed & keyless).alias("without_key")]
+                  F.count_if(placed & keyless).alias("without_key"),
+                  F.max("_tt_integer_time").alias("latest")]
         tag = [F.lit(index).alias("source")]
         if not bounded.get(index):  # one aggregate: no shuffle of buckets
             tallies.append(source.frame.select(*flags).agg(
@@ -48,7 +55,7 @@ def count_sources(plan: BackfillPlan,
                 .agg(*tag, F.lit(position).alias("keys"),
                      *[F.coalesce(F.sum(name), F.lit(0)).alias(name)  # 0, not null, if empty
                        for name in ("rows", "without_time", "without_key")],
-                     F.max("usable").alias("fullest")))
+                     F.max("latest").alias("latest"), F.max("usable").alias("fullest")))
     union = tallies[0]
     for tally in tallies[1:]:
         union = union.unionByName(tally)
@@ -59,5 +66,5 @@ def count_sources(plan: BackfillPlan,
         fullest = {keys: rows[(index, position)]["fullest"] or 0
                    for position, keys in enumerate(sorted(bounded.get(index, ())))}
         found.append(SourceCounts(source.role, source.label, row["rows"], row["without_time"],
-                                  row["without_key"], source.time, fullest))
+                                  row["without_key"], source.time, fullest, row["latest"]))
     return found

@@ -28,7 +28,7 @@ from timetile.api.sources import EntitySource
 from timetile.core.timeutil import DAY_MS
 from timetile.spark.sources import (
     TIME,
-    check_time_zone,
+    check_time_column,
     coarse_type,
     project,
     read_table,
@@ -101,7 +101,7 @@ def load_entity(spark: SparkSession, source: EntitySource, field: str) -> Entity
     raw = raw.withColumn(DAY, partition_day(partition, raw.schema[partition].dataType))
     partitions = raw.select(DAY)
     snapshots = project(raw, source, field, keep=(DAY, partition))
-    check_time_zone(spark, snapshots, source.time_column, f"{field}.time_column")
+    check_time_column(spark, snapshots, source.time_column, f"{field}.time_column")
     row_columns = tuple(c for c in snapshots.columns if c not in (DAY, partition))
     snapshots = snapshots.withColumn(TIME, _row_time(snapshots, source))
     mutations = None
@@ -133,7 +133,7 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
                 f"{column!r} is not a column of the mutation table {source.mutation_table!r}"
                 if isinstance(source.mutation_table, str) else
                 f"{column!r} is not a column of the mutation table", one_of(column, raw.columns))
-    check_time_zone(raw.sparkSession, raw, source.mutation_time_column,
+    check_time_column(raw.sparkSession, raw, source.mutation_time_column,
                     f"{field}.mutation_time_column")
     raw = raw.withColumns({
         MUTATION_TIME: time_millis(source.mutation_time_column,

@@ -100,21 +100,44 @@ def _analyzed(frame: DataFrame, step: str, expression: str, field: str) -> DataF
         ) from None
 
 
-def check_time_zone(spark: SparkSession, frame: DataFrame, column: str | None,
-                    field: str) -> None:
-    """Refuse string and TIMESTAMP_NTZ times unless the session reads them as UTC.
+#: Spark types a time column may have: epoch milliseconds, an instant, or ISO-8601 text.
+_TIME_TYPES = (T.LongType, T.TimestampType, T.TimestampNTZType, T.StringType)
 
-    Spark reads a time without an offset in ``spark.sql.session.timeZone``; DESIGN §2 says
-    event time is UTC, so a session elsewhere would silently shift every such time.
+
+def check_time_column(spark: SparkSession, frame: DataFrame, column: str | None,
+                      field: str) -> None:
+    """Refuse a time column timetile cannot read exactly, naming ``field`` and the fix.
+
+    Integers narrower than a bigint cannot hold epoch milliseconds past January 1970 (an
+    ``int`` of seconds would read as that month), and a date has no time of day; both are
+    refused before any job, as every type that is not a time is. String and TIMESTAMP_NTZ
+    times are refused unless the session reads them as UTC: Spark reads a time without an
+    offset in ``spark.sql.session.timeZone``, and DESIGN §2 says event time is UTC, so a
+    session elsewhere would silently shift every such time. A missing column is left to the
+    schema checks, which suggest the closest name.
     """
     if column is None or column not in frame.columns:
         return
     data_type = frame.schema[column].dataType
+    kind = data_type.simpleString()
+    if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType)):
+        raise DefinitionError.single(
+            "source", field, f"{column!r} is {kind}: epoch milliseconds need a bigint, and "
+            f"a {kind} of epoch seconds would read as January 1970",
+            f"convert it in the source's select: {{{column!r}: 'CAST({column} AS BIGINT)'}} "
+            f"if it holds milliseconds, {{{column!r}: 'timestamp_seconds({column})'}} if "
+            "seconds")
+    if not isinstance(data_type, _TIME_TYPES):
+        raise DefinitionError.single(
+            "source", field, f"{column!r} is {kind}, not a time",
+            "use epoch milliseconds (bigint), a timestamp or an ISO-8601 string"
+            + (f"; for the day's start, select {{{column!r}: 'CAST({column} AS TIMESTAMP)'}}"
+               if isinstance(data_type, T.DateType) else ""))
     zone = spark.conf.get("spark.sql.session.timeZone") or ""
     if isinstance(data_type, (T.StringType, T.TimestampNTZType)) and zone not in UTC_ZONES:
         raise DefinitionError.single(
-            "source", field, f"{column!r} is {data_type.simpleString()}, which Spark reads in "
-            f"the session time zone {zone}, not UTC",
+            "source", field, f"{column!r} is {kind}, which Spark reads in the session time "
+            f"zone {zone}, not UTC",
             "set spark.sql.session.timeZone=UTC, or give the time as epoch milliseconds or a "
             "timestamp",
         )
@@ -138,7 +161,7 @@ def load(spark: SparkSession, source: EventSource | EntitySource, table: object,
     """
     frame = project(read_table(spark, table), source, field)
     column = source.time_column
-    check_time_zone(spark, frame, column, f"{field}.time_column")
+    check_time_column(spark, frame, column, f"{field}.time_column")
     if column is None or column not in frame.columns:
         return frame.withColumn(TIME, F.lit(None).cast("long"))
     return frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))

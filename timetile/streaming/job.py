@@ -59,7 +59,7 @@ from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
 from timetile.spark.sorted_groups import sorted_by_groups, whole_groups
 from timetile.spark.sources import (
     TIME,
-    check_time_zone,
+    check_time_column,
     coarse_schema,
     project,
     read_table,
@@ -345,7 +345,7 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
         frame = project(raw, source, f"{field}.source")
         column = group_by.time_column
         assert column is not None
-        check_time_zone(spark, frame, column, f"{field}.source.time_column")
+        check_time_column(spark, frame, column, f"{field}.source.time_column")
         problems = group_by_problems(group_by, coarse_schema(frame), f"{field}.")
         frame = frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
     if problems:
