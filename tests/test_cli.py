@@ -230,6 +230,38 @@ def test_file_that_fails_to_run(runner: CliRunner, tmp_path: Path) -> None:
     assert "failed to run: NameError" in stderr
 
 
+def test_file_that_exits(runner: CliRunner, tmp_path: Path) -> None:
+    defs = tmp_path / "defs.py"
+    defs.write_text("import sys\nsys.exit(3)\n")
+    stderr = error_of(runner, backfill_args(defs, tmp_path))
+    assert "defs.py called sys.exit(3) while it ran" in stderr
+
+
+def test_partials_need_the_tiled_executor(runner: CliRunner, data: Paths,
+                                          tmp_path: Path) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    stderr = error_of(runner, backfill_args(defs, tmp_path, "--partials",
+                                            str(tmp_path / "partials"), "--executor", "sweep"))
+    assert "--partials works with the tiled executor, not sweep. Fix: use --executor tiled" \
+        in stderr
+
+
+def test_outputs_that_cannot_be_written_fail_before_the_job(
+    runner: CliRunner, data: Paths, tmp_path: Path
+) -> None:
+    defs = write_defs(tmp_path / "defs.py", data)
+    (tmp_path / "a-file").write_text("")
+    args = backfill_args(defs, tmp_path)
+    at = args.index("--output") + 1
+    args[at] = str(tmp_path / "a-file" / "out")
+    stderr = error_of(runner, args)
+    assert f"--output {args[at]}: {tmp_path / 'a-file'} is a file, not a folder" in stderr
+    stderr = error_of(runner, [*backfill_args(defs, tmp_path), "--partials",
+                               str(tmp_path / "a-file" / "p")])
+    assert "--partials" in stderr
+    assert "is a file, not a folder" in stderr
+
+
 def test_strict_fails_on_rows_without_time(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
     defs = write_defs(tmp_path / "defs.py", data)
     stderr = error_of(runner, backfill_args(defs, tmp_path, "--strict"))
@@ -339,6 +371,13 @@ def test_fetch_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
     assert "is not NAME=VALUE" in error_of(runner, [*fetch, "--key", "user_id"])
     stderr = error_of(runner, [*fetch, "--key", "user_id=1", "--at", "yesterday"])
     assert "--at 'yesterday' is not a time" in stderr
+    for seconds_or_date in ("1704240000", "20240301"):  # would read as 1970
+        stderr = error_of(runner, [*fetch, "--key", "user_id=1", "--at", seconds_or_date])
+        assert f"--at '{seconds_or_date}' would be epoch milliseconds in 1970 to 1973" in stderr
+    stderr = error_of(runner, [*fetch, "--key", "user_id=1", "--at", "9" * 20])
+    assert "is beyond int64 milliseconds" in stderr
+    stderr = error_of(runner, [*fetch, "--key", "user_id=1", "--key", "user_id=2"])
+    assert "--key user_id is given twice ('1' and '2')" in stderr
     stderr = error_of(runner, ["fetch", str(defs), "--store", "s3://bucket", "--key", "user_id=1"])
     assert "--store: unknown store URI 's3://bucket'" in stderr
 

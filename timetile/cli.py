@@ -32,6 +32,7 @@ from timetile.api.join import Join
 from timetile.cli_common import (
     USAGE_ERROR,
     CliError,
+    check_writable,
     load_joins,
     parse_day,
     pick_join,
@@ -61,7 +62,7 @@ _BACKFILL_EXAMPLE = """\
       --output timetile-demo/output/checkout_model --overwrite --show 3[/]
 
   [dim]# day by day, reusing the hop partials of earlier days:[/]
-  [cyan]timetile backfill examples/checkout_model.py --start 2024-02-01 --end 2024-02-01 \
+  [cyan]timetile backfill examples/checkout_model.py --start 2024-02-01 --end 2024-02-01 \\
       --output out/2024-02-01 --partials timetile-demo/partials[/]
 
   [dim]DEFS.py is a Python file that builds tt.Join objects at module level; relative paths in
@@ -119,9 +120,12 @@ def _main(
 
 def _check_output(output: str, overwrite: bool) -> None:
     local = "://" not in output and not output.startswith("file:")
-    if local and Path(output).exists() and not overwrite:
+    if not local:
+        return
+    if Path(output).exists() and not overwrite:
         raise CliError(f"The output {output} already exists. Fix: add --overwrite to replace it, "
                        "or write elsewhere.")
+    check_writable("--output", output)
 
 
 # --- running --------------------------------------------------------------------------------
@@ -230,7 +234,13 @@ def backfill(
         if executor not in (AUTO, *EXECUTOR_NAMES):
             raise CliError(f"--executor {executor!r} is unknown. Fix: use {AUTO} or one of "
                            f"{', '.join(EXECUTOR_NAMES)}.")
+        if partials is not None and executor not in (AUTO, "tiled"):
+            raise CliError(f"--partials works with the tiled executor, not {executor}. Fix: "
+                           "use --executor tiled (or auto, which then picks it), or leave out "
+                           "--partials.")
         _check_output(output, overwrite)
+        if partials is not None and "://" not in partials:
+            check_writable("--partials", partials)
         chosen = pick_join(defs, load_joins(defs), join)
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
             result = run_backfill(spark, chosen, progress, start=start, end=end, output=output,

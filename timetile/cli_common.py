@@ -11,6 +11,7 @@ import os
 import re
 import runpy
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -107,6 +108,24 @@ def parse_day(option: str, value: str) -> date:
     raise CliError(f"{option} {value!r} is not a date. Fix: write YYYY-MM-DD, e.g. 2024-01-31.")
 
 
+def check_writable(option: str, location: str) -> None:
+    """Raise a :class:`CliError` naming ``option`` if a local ``location`` cannot be written.
+
+    Checked before any job, by making and removing an empty folder in the nearest existing
+    folder on its path: else the job would fail only when it writes, after all its work.
+    """
+    path = Path(location.removeprefix("file:")).absolute()
+    folder = next(parent for parent in (path, *path.parents) if parent.exists())
+    if not folder.is_dir():
+        raise CliError(f"{option} {location}: {folder} is a file, not a folder. Fix: give a "
+                       "folder path.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".timetile-probe-", dir=folder))
+    except OSError as error:
+        raise CliError(f"{option} {location} cannot be written: {error.strerror} in {folder}. "
+                       "Fix: write somewhere you may, or fix the folder's permissions.") from None
+
+
 def load_joins(path: Path) -> dict[str, Join]:
     """Run a definitions file in a fresh namespace; its module-level Joins, by name.
 
@@ -121,6 +140,10 @@ def load_joins(path: Path) -> dict[str, Join]:
         namespace = runpy.run_path(str(path), run_name="__timetile_defs__")
     except DefinitionError:
         raise
+    except SystemExit as error:  # sys.exit() in the file would end the command silently
+        raise CliError(f"{path} called sys.exit({error.code!r}) while it ran. Fix: build the "
+                       "tt.Join objects at module level without exiting (guard a script's "
+                       "main code with if __name__ == '__main__').") from None
     except Exception as error:
         raise CliError(f"{path} failed to run: {type(error).__name__}: {error}. Fix: run it "
                        "with python to see the whole traceback, or add --debug.") from error

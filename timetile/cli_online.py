@@ -23,6 +23,7 @@ from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
 from timetile.cli_common import (
     CliError,
+    check_writable,
     console,
     load_joins,
     parse_day,
@@ -93,7 +94,7 @@ _STREAM_EXAMPLE = """\
   [cyan]timetile upload examples/checkout_model.py --ds 2024-02-29 \\
       --store lmdb:timetile-demo/store[/]
   [cyan]timetile stream examples/checkout_model.py --group-by user_purchases \\
-      --source 'dir:timetile-demo/landing/purchases?format=json' \\
+      --source 'dir:timetile-demo/landing/user_purchases?format=json' \\
       --store lmdb:timetile-demo/store --checkpoint timetile-demo/checkpoints/user_purchases[/]
 
   [dim]Folds each micro-batch of the GroupBy's events into the store's tiles, after the
@@ -114,25 +115,37 @@ _Defs = Annotated[Path, typer.Argument(help="Python file that defines the tt.Joi
 _Store = Annotated[str, typer.Option(
     help="The store: lmdb:PATH, lmdb:///abs/path, a directory, or redis://host:port/db.",
     show_default=False)]
-_ISO = re.compile(r"^-?\d+$")
+_DIGITS = re.compile(r"^-?\d+$")
+#: Epoch milliseconds of at least 12 digits (1973-03-03 on): fewer is more likely epoch
+#: seconds or a basic ISO date (20240301), both of which would read as a time in 1970.
+_LEAST_MILLIS = 100_000_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def parse_time(option: str, value: str) -> int:
     """Parse epoch milliseconds or an ISO 8601 time (UTC when no offset is given).
 
+    Digits alone are epoch milliseconds from 1973-03-03 (12 digits) to the end of int64;
+    fewer digits are refused, as seconds or a basic ISO date would read as 1970.
+
     >>> parse_time("--at", "2024-03-01T12:00:00Z"), parse_time("--at", "1709294400000")
     (1709294400000, 1709294400000)
     """
     text = value.strip()
-    if _ISO.match(text):
-        return int(text)
+    fix = ("Fix: write ISO 8601, e.g. 2024-03-01T12:00:00Z (UTC when no offset is given), or "
+           "epoch milliseconds, e.g. 1709294400000.")
+    if _DIGITS.match(text):
+        millis = int(text)
+        if not -(2**63) <= millis < 2**63:
+            raise CliError(f"{option} {value!r} is beyond int64 milliseconds. {fix}")
+        if abs(millis) < _LEAST_MILLIS:
+            raise CliError(f"{option} {value!r} would be epoch milliseconds in 1970 to 1973: "
+                           f"if it is epoch seconds or a date, write it in full. {fix}")
+        return millis
     try:
         moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text))
     except ValueError:
-        raise CliError(f"{option} {value!r} is not a time. Fix: write ISO 8601, e.g. "
-                       "2024-03-01T12:00:00Z (UTC when no offset is given), or epoch "
-                       "milliseconds, e.g. 1709294400000.") from None
+        raise CliError(f"{option} {value!r} is not a time. {fix}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return (moment - _EPOCH) // timedelta(milliseconds=1)
@@ -145,6 +158,9 @@ def parse_keys(values: list[str]) -> dict[str, str]:
         name, equals, text = value.partition("=")
         if not equals or not name.strip():
             raise CliError(f"--key {value!r} is not NAME=VALUE. Fix: write e.g. --key user_id=1.")
+        if name.strip() in row:
+            raise CliError(f"--key {name.strip()} is given twice ({row[name.strip()]!r} and "
+                           f"{text.strip()!r}). Fix: give each key once; fetch one row at a time.")
         row[name.strip()] = text.strip()
     return row
 
@@ -236,6 +252,8 @@ def serve(
         joins = load_joins(defs)
         if not joins:
             pick_join(defs, joins, None)  # raises: the file defines no Join
+        if log_dir is not None:
+            check_writable("--log-dir", str(log_dir))
         kv = _open(store)
         try:
             app = create_app(joins, kv, log_dir=str(log_dir) if log_dir is not None else None)
@@ -417,6 +435,8 @@ def stream(
             option = "--source" if "source" in str(error) else "--lateness"
             raise CliError(f"{option}: {error}.") from None
         _open(store).close()  # fail before Spark starts when the store cannot be used
+        if "://" not in checkpoint:
+            check_writable("--checkpoint", checkpoint)
         with JobProgress(None, out) as progress, spark_session(progress) as spark:
             try:
                 running = stream_group_by(

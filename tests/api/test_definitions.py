@@ -63,6 +63,14 @@ class TestWindow:
         assert "Fix:" in str(caught.value)
 
 
+def test_windows_longer_than_ten_thousand_years_are_refused() -> None:
+    assert tt.Window("3650000d").length_ms == 3_650_000 * DAY_MS
+    with raises(r"length: '3650001d' is longer than 10,000 years\. Fix: leave windows out"):
+        tt.Window("3650001d")
+    with raises(r"length: 9223372036854775807 is longer than 10,000 years"):
+        tt.Window(2**63 - 1)
+
+
 class TestAggregation:
     def test_unknown_op_suggests_the_closest(self) -> None:
         with raises(r"op: 'summ' is not an op\. Fix: use one of .*did you mean 'sum'"):

@@ -115,3 +115,14 @@ def test_integer_times_that_look_like_seconds_are_reported(spark: Any) -> None:
     assert seconds == ["g (a DataFrame): every time is before 1973-03-03 (the latest is "
                        "1,704,067,140), and integer times are epoch milliseconds: if they are "
                        "seconds, convert them in the source's select with timestamp_seconds(...)"]
+
+
+def test_bad_arguments_name_themselves(spark: Any, events: Any) -> None:
+    join = join_over(spark, events)
+    with pytest.raises(ValueError, match=r"start '2024-13-01' is not a day: write it as "
+                       r"YYYY-MM-DD"):
+        tt.BackfillJob(join, spark, start="2024-13-01")
+    with pytest.raises(ValueError, match=r"end 20240101 is not a day"):
+        tt.BackfillJob(join, spark, end=20240101)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"max_key_events is '5': give a positive int"):
+        tt.BackfillJob(join, spark, max_key_events="5")  # type: ignore[arg-type]

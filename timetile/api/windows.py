@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timetile.api.errors import DefinitionError
-from timetile.core.timeutil import format_duration, parse_duration
+from timetile.core.timeutil import DAY_MS, format_duration, parse_duration
 from timetile.core.windows import WindowKind, window_bounds
 
 
@@ -101,6 +101,11 @@ def _error(field: str, message: str, fix: str) -> DefinitionError:
     return DefinitionError.single("Window", field, message, fix)
 
 
+#: The longest window or hop: 10,000 years (365-day), so that a window's start stays far
+#: inside int64 milliseconds for any real time. Longer is a lifetime window.
+MAX_WINDOW_MS = 10_000 * 365 * DAY_MS
+
+
 def _to_millis(value: str | int, field: str) -> int:
     fix = "write '<n><unit>' with unit one of s, m, h, d (e.g. '90m'), or milliseconds as an int"
     if isinstance(value, bool) or not isinstance(value, (str, int)):
@@ -108,11 +113,17 @@ def _to_millis(value: str | int, field: str) -> int:
     if isinstance(value, int):
         if value <= 0:
             raise _error(field, f"{value} ms is not positive", "give a positive length")
-        return value
-    try:
-        return parse_duration(value)
-    except ValueError:
-        raise _error(field, f"{value!r} is not a duration", fix) from None
+        millis = value
+    else:
+        try:
+            millis = parse_duration(value)
+        except ValueError:
+            raise _error(field, f"{value!r} is not a duration", fix) from None
+    if millis > MAX_WINDOW_MS:
+        raise _error(field, f"{value!r} is longer than 10,000 years",
+                     "leave windows out (None) for a lifetime window" if field == "length"
+                     else "use a hop no longer than the length")
+    return millis
 
 
 def _resolve_kind(kind: str | None, hop_ms: int | None) -> WindowKind:

@@ -118,8 +118,9 @@ class BackfillJob:
         partials_path: str | None = None,
         max_key_events: int = DEFAULT_MAX_KEY_EVENTS,
     ) -> None:
-        if max_key_events < 1:
-            raise ValueError(f"max_key_events is {max_key_events}: give a positive count")
+        if isinstance(max_key_events, bool) or not isinstance(max_key_events, int) \
+                or max_key_events < 1:
+            raise ValueError(f"max_key_events is {max_key_events!r}: give a positive int")
         if partials_path is not None and executor == AUTO:
             executor = "tiled"
         if partials_path is not None and executor != "tiled":
@@ -478,6 +479,15 @@ def _shifted(millis: int | None) -> int | None:
     return None if millis is None else millis + DAY_MS
 
 
+def _day_ms(name: str, day: str) -> int:
+    """Return a ``start`` or ``end`` day in epoch milliseconds; errors name the argument."""
+    try:
+        return date_to_ms(day)
+    except (ValueError, TypeError, AttributeError):  # not a day, or not a str or date
+        raise ValueError(f"{name} {day!r} is not a day: write it as YYYY-MM-DD, e.g. "
+                         "2024-01-31") from None
+
+
 def _time_range(start: str | None, end: str | None) -> TimeRange | None:
     """Return the range of ``start`` and ``end`` (days, inclusive), or None for all rows.
 
@@ -486,8 +496,8 @@ def _time_range(start: str | None, end: str | None) -> TimeRange | None:
     """
     if start is None and end is None:
         return None
-    low = date_to_ms(start) if start is not None else None
-    high = date_to_ms(end) + DAY_MS if end is not None else None
+    low = _day_ms("start", start) if start is not None else None
+    high = _day_ms("end", end) + DAY_MS if end is not None else None
     if low is not None and high is not None and low >= high:
         raise ValueError(f"start {start} is after end {end}: give start <= end")
     return low, high
