@@ -14,17 +14,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from stream_helpers import World, all_tiles, mismatches
+from stream_helpers import DS, KEYS, World, all_tiles, mismatches, write_files
 
+import timetile as tt
+from timetile.online.fetcher import Fetcher
 from timetile.online.store import open_store
 from timetile.online.tiles import read_meta
+from timetile.online.upload import upload
 from timetile.streaming.file_source import FileSource
 from timetile.streaming.job import BatchReport, TileStream, events_frame, stream_group_by
 from timetile.streaming.state import StreamOwnershipError, read_state
+from timetile.testing import same_value
 
 pytestmark = pytest.mark.spark
 
@@ -97,6 +102,80 @@ def test_restart_after_a_crash_ends_as_if_never_stopped(
     with pytest.raises(Exception, match=f"{StreamOwnershipError.__name__}.*another streaming"):
         third.await_termination()
     assert third.batches == []
+
+
+def test_a_changed_definition_resets_the_stream(
+        world: World, spark: Any, tmp_path: Path) -> None:
+    """Uploading a changed GroupBy drops the tiles streamed under the old one, refuses the old
+    stream, and a stream from a new checkpoint refills them: fetches equal the backfill."""
+    uri = world.store(tmp_path / "store")
+    run(world, spark, uri, tmp_path / "checkpoint").await_termination()
+    old = world.group_by
+    new = tt.GroupBy(old.name, old.source, list(old.keys), [
+        *(old.aggregations or ()), tt.Aggregation("amount", "max", windows=["3h"])])
+    assert any(all_tiles(uri, old))
+    upload(new, spark, DS, uri)
+    assert not any(all_tiles(uri, new))
+    raw = spark.read.schema(old.source.table.schema).json(str(world.files[-1]))
+    with open_store(uri) as store:
+        meta = read_meta(store, new)
+    stale = TileStream(old, uri, lateness_ms=0)
+    stale.query = SimpleNamespace(id="old-query")  # type: ignore[assignment]
+    with pytest.raises(StreamOwnershipError, match="uploaded with another definition"):
+        stale.write_batch(events_frame(old, spark, raw, meta), 5)
+
+    source = FileSource(str(world.files[0].parent), "json", max_files_per_trigger=1)
+    stream = stream_group_by(new, spark, source, uri, str(tmp_path / "new-checkpoint"),
+                             until_idle=True)
+    stream.await_termination()
+    assert stream.totals.written == world.usable
+    join = tt.Join("online", world.join.left, [new])
+    truth = {(row["user_id"], row["ts"]): row for row in tt.backfill(join, spark).collect()}
+    with open_store(uri) as store:
+        fetcher = Fetcher(join, store)
+        for moment in world.times[::4]:
+            results = fetcher.fetch([{"user_id": key} for key in KEYS], at=moment)
+            for key, result in zip(KEYS, results, strict=True):
+                expected = truth[(key, moment)]
+                assert all(same_value(value, expected[name])
+                           for name, value in result.features.items()), (key, moment)
+
+
+def test_a_file_landed_with_an_old_modification_time_is_read(
+        world: World, spark: Any, tmp_path: Path) -> None:
+    """Spark skips files a week older than the newest it saw, unless told otherwise."""
+    uri = world.store(tmp_path / "store")
+    rows = [row for row in world.rows if row["ts"] is not None][:40]
+    landing = tmp_path / "landing"
+    newest = time.time()
+    for index, (chunk, age_days) in enumerate([(rows[:20], 0), (rows[20:], 30)]):
+        path = write_files(tmp_path / "scratch", chunk, 1, start=index)[0]
+        os.utime(path, (newest - age_days * 86_400,) * 2)
+        landing.mkdir(exist_ok=True)
+        path.rename(landing / path.name)
+        stream = stream_group_by(world.group_by, spark, FileSource(str(landing)), uri,
+                                 str(tmp_path / "checkpoint"), lateness="1d",
+                                 until_idle=True)
+        stream.await_termination()
+    with open_store(uri) as store:
+        state = read_state(store, world.group_by.name)
+    assert state is not None
+    counted = state.totals
+    assert counted.written + counted.late + counted.behind_watermark + counted.unusable == 40
+
+
+def test_times_beyond_sparks_timestamps_stream_like_any_other(
+        world: World, spark: Any, tmp_path: Path) -> None:
+    """An event at any int64 millisecond is counted; none fails its micro-batch."""
+    uri = world.store(tmp_path / "store")
+    normal = next(row for row in world.rows if row["ts"] is not None
+                  and row["user_id"] is not None)
+    rows = [normal, {**normal, "ts": 10**17}, {**normal, "ts": -(10**17)}]
+    files = write_files(tmp_path / "landing", rows, 1)
+    stream = stream_group_by(world.group_by, spark, FileSource(str(files[0].parent)), uri,
+                             str(tmp_path / "checkpoint"), until_idle=True)
+    stream.await_termination()
+    assert (stream.totals.written, stream.totals.late) == (2, 1)
 
 
 KILLED_DEFS = """

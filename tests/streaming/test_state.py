@@ -10,11 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from timetile.online.layout import STREAM_RESET, STREAM_TABLE
 from timetile.online.lmdb_store import LmdbStore
 from timetile.streaming.file_source import FileSource
 from timetile.streaming.redis_source import RedisStreamSource
 from timetile.streaming.sources import parse_source
 from timetile.streaming.state import (
+    RESET,
     StreamCounts,
     StreamOwnershipError,
     StreamState,
@@ -80,6 +82,19 @@ def test_another_query_or_an_older_checkpoint_is_refused(tmp_path: Path) -> None
         begin(state, "g", "q1", 2, LATENESS)
     assert begin(state, "g", "q1", 4, 100) == (800, StreamCounts(written=5))
     assert advance(800, None, 100) == 800
+    store.close()
+
+
+def test_after_a_reset_only_a_new_checkpoint_may_stream(tmp_path: Path) -> None:
+    """An upload of a changed definition drops the tiles: an old checkpoint would skip events."""
+    store = LmdbStore(tmp_path / "store")
+    store.multi_put(STREAM_TABLE, [(b"g", STREAM_RESET)])
+    state = read_state(store, "g")
+    assert state is RESET
+    assert begin(state, "g", "q2", 0, LATENESS) == (None, StreamCounts())
+    with pytest.raises(StreamOwnershipError, match=r"changed definition.*has streamed 3 "
+                       r"micro-batches already.*Fix: restart the stream from a new checkpoint"):
+        begin(state, "g", "q1", 3, LATENESS)
     store.close()
 
 

@@ -46,6 +46,11 @@ from timetile.core.timeutil import HOUR_MS
 from timetile.core.types import ValueType
 
 META_TABLE = "tt_meta"
+#: The streaming job's records, one per GroupBy (:mod:`timetile.streaming.state`).
+STREAM_TABLE = "tt_stream"
+#: The stream record an upload leaves when a GroupBy's definition changed: it dropped the
+#: tiles, so only a stream from a new checkpoint (which replays the landed events) may go on.
+STREAM_RESET = b"reset: the definition changed"
 #: Streaming tiles span this long: a fetch reads the tiles since the batch record's day end.
 TILE_MS = HOUR_MS
 _META_VERSION = 4

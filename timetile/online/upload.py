@@ -49,6 +49,8 @@ from timetile.core.windows import WindowKind
 from timetile.online.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
 from timetile.online.layout import (
     META_TABLE,
+    STREAM_RESET,
+    STREAM_TABLE,
     GroupByMeta,
     batch_table,
     encode_key,
@@ -232,7 +234,8 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
             f"GroupBy {group_by.name!r}", "ds", f"{ds} has not ended yet (UTC), so its rows "
             "are not all there", "upload a day that has ended; the stream covers today")
     _check_store(spark, store_uri)
-    previous = _previous_day_end(store_uri, group_by)
+    stored = _stored_meta(store_uri, group_by)
+    previous = None if stored is None else stored.day_end
     if previous is not None and previous > day_end:
         raise DefinitionError.single(
             f"GroupBy {group_by.name!r}", "ds", f"the store holds it as of {ms_to_iso(previous)}, "
@@ -290,6 +293,8 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
                    .mapInArrow(writer, "records long, bytes long")
                    .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
                    .first())
+    if stored is not None and stored.signature != meta.signature:
+        _reset_stream(store_uri, group_by.name)
     with open_store(store_uri) as store:  # after the records: a fetcher never sees a new
         store.multi_put(META_TABLE, [(group_by.name.encode(), meta.to_bytes())])  # day early
     # The records hold everything before day_end; a fetcher that has not yet re-read the
@@ -307,14 +312,32 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     return keys, size, left_out
 
 
-def _previous_day_end(store_uri: str, group_by: GroupBy) -> int | None:
-    """Return the day end of the GroupBy's last upload to the store (None if none)."""
+def _stored_meta(store_uri: str, group_by: GroupBy) -> GroupByMeta | None:
+    """Return the metadata of the GroupBy's last upload to the store (None if none)."""
     with open_store(store_uri) as store:
         data = store.multi_get(META_TABLE, [group_by.name.encode()])[0]
     try:
-        return None if data is None else GroupByMeta.from_bytes(data).day_end
+        return None if data is None else GroupByMeta.from_bytes(data)
     except ValueError:  # metadata of another version: the upload rewrites it
         return None
+
+
+def _reset_stream(store_uri: str, name: str) -> None:
+    """Drop a GroupBy's streamed tiles, written under its old definition, and its stream.
+
+    Tiles hold the series the old definition read: a fetcher of the new one would miss the
+    events of any series they lack, silently. So they go, and the stream record becomes
+    :data:`STREAM_RESET`: only a stream from a new checkpoint, which replays the landed
+    events, may write the GroupBy again (:func:`timetile.streaming.state.begin`). Until it
+    has, fetches after the day end see only the records. Runs before the new metadata is
+    written, so the old stream is refused from then on.
+    """
+    with open_store(store_uri) as store:
+        store.multi_put(STREAM_TABLE, [(name.encode(), STREAM_RESET)])
+        dropped = store.expire_tiles(tile_table(name), 2**63 - 1)
+    log.warning("%s: the definition changed since the last upload: dropped its %s streamed "
+                "tile entries and reset its stream; restart the stream from a new checkpoint",
+                name, f"{dropped:,}")
 
 
 def _expire_tiles(store_uri: str, name: str, before: int) -> None:

@@ -3,7 +3,8 @@
 Spark's file stream source lists the directory each trigger and reads the files it has not
 read yet, oldest modification time first; the checkpoint remembers which files it read, so
 a restart neither skips nor rereads one. A file must be complete when it appears: write it
-elsewhere and move it in (a rename is atomic on one filesystem).
+elsewhere and move it in (a rename is atomic on one filesystem). Its modification time may
+be up to :data:`MAX_FILE_AGE` older than the newest file's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from pyspark.sql.types import StructType
 
 #: Landed files' modification times count from here (any fixed past time will do).
 _MTIME_BASE = 1_700_000_000
+#: How much older than the newest file a landed file may be and still be read: Spark's
+#: checkpoint forgets the files older than this, so it bounds its list of files read.
+MAX_FILE_AGE = "3650d"
 #: The file formats a directory source reads.
 FORMATS = ("json", "parquet")
 
@@ -57,7 +61,11 @@ class FileSource:
 
     def read_stream(self, spark: SparkSession, schema: StructType) -> DataFrame:
         """Return the directory as a streaming DataFrame of ``schema``'s columns. No job runs."""
-        reader = spark.readStream.schema(schema).format(self.format)
+        # Spark skips a file more than maxFileAge (7 days by default) older than the newest
+        # it has seen: a file landed with an old modification time (copied from an archive,
+        # written long before its rename) would be lost without a count.
+        reader = (spark.readStream.schema(schema).format(self.format)
+                  .option("maxFileAge", MAX_FILE_AGE))
         if self.max_files_per_trigger is not None:
             reader = reader.option("maxFilesPerTrigger", str(self.max_files_per_trigger))
         return reader.load(self.path)

@@ -52,7 +52,7 @@ from timetile.api.schema import group_by_problems
 from timetile.api.sources import EntitySource, EventSource
 from timetile.core.timeutil import ms_to_iso, parse_duration
 from timetile.online.entity_records import ROW_TIME, MutationWriter
-from timetile.online.layout import GroupByMeta
+from timetile.online.layout import GroupByMeta, feature_signature
 from timetile.online.store import KVStore, open_store
 from timetile.online.tiles import StreamWriter, TileWriter, read_meta
 from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
@@ -68,6 +68,7 @@ from timetile.spark.sources import (
 from timetile.streaming.sources import StreamSource, parse_source
 from timetile.streaming.state import (
     StreamCounts,
+    StreamOwnershipError,
     StreamState,
     begin,
     read_state,
@@ -196,7 +197,8 @@ class TileStream:
 
         Raises:
             LookupError: the GroupBy has no upload in the store.
-            StreamOwnershipError: another query writes this GroupBy's tiles in the store.
+            StreamOwnershipError: another query writes this GroupBy's tiles in the store, or
+                the upload is of another definition than the stream's.
 
         """
         began = time.perf_counter()
@@ -209,6 +211,12 @@ class TileStream:
         with open_store(self.store_uri) as store:
             meta = read_meta(store, self.group_by)
             previous = read_state(store, name)
+        if meta.signature != feature_signature(self.group_by):
+            raise StreamOwnershipError(
+                f"GroupBy {name!r} was uploaded with another definition than this stream's "
+                "(its aggregations, windows or columns differ), so its tiles would hold series "
+                "the fetchers do not read, or lack some they do. Fix: upload these definitions "
+                "(which resets the stream), then restart the stream from a new checkpoint")
         watermark, before = begin(previous, name, query_id, batch_id, self.lateness_ms)
         writer = stream_writer(self.group_by, meta)
         keys = list(self.group_by.keys)
@@ -313,6 +321,10 @@ def stream_writer(group_by: GroupBy, meta: GroupByMeta) -> StreamWriter:
     return TileWriter(group_by, meta, time_column=TIME)
 
 
+#: The furthest instant from the epoch, in milliseconds, that Spark's timestamps (int64
+#: microseconds) hold, rounded in to a whole millisecond.
+MAX_INSTANT_MS = (2**63 - 1) // 1000
+
 def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: GroupByMeta,
                  *, lateness_ms: int = 0, field: str = "group_by") -> DataFrame:
     """Return raw source rows as a micro-batch of :meth:`TileStream.write_batch` takes them.
@@ -350,7 +362,12 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
         frame = frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
-    return (frame.withColumn(EVENT_TS, F.timestamp_millis(F.col(TIME)))
+    # Spark's timestamps end at about ±292,000 years, where int64 milliseconds go on: the
+    # watermark's column saturates there (the job's own watermark reads TIME), so one event
+    # far in the future or past is written or counted like any other instead of failing
+    # every replay of its micro-batch.
+    instant = F.least(F.greatest(F.col(TIME), F.lit(-MAX_INSTANT_MS)), F.lit(MAX_INSTANT_MS))
+    return (frame.withColumn(EVENT_TS, F.timestamp_millis(instant))
             .withWatermark(EVENT_TS, f"{lateness_ms} milliseconds")
             .select(*stream_writer(group_by, meta).columns))
 

@@ -19,12 +19,11 @@ import logging
 from dataclasses import dataclass, fields
 
 from timetile.core.aggregators.codec import decode_versioned, encode
+from timetile.online.layout import STREAM_RESET, STREAM_TABLE
 from timetile.online.store import KVStore
 
 log = logging.getLogger(__name__)
 
-#: The table of stream records, keyed by GroupBy name.
-STREAM_TABLE = "tt_stream"
 _VERSION = 1
 
 
@@ -112,13 +111,23 @@ class StreamState:
                    StreamCounts(*counts))
 
 
+#: The record after an upload of a changed definition (:data:`STREAM_RESET` in the store):
+#: owned by no query, so a stream from a new checkpoint starts afresh (see :func:`begin`).
+RESET = StreamState("", -1, None, None, StreamCounts(), StreamCounts())
+
+
 def _tuple(counts: StreamCounts) -> tuple[int, ...]:
     return tuple(getattr(counts, f.name) for f in fields(counts))
 
 
 def read_state(store: KVStore, group_by: str) -> StreamState | None:
-    """Return the stream record of GroupBy ``group_by``, None when no stream wrote one."""
+    """Return the stream record of GroupBy ``group_by``, None when no stream wrote one.
+
+    :data:`RESET` when an upload of a changed definition dropped the tiles since.
+    """
     data = store.multi_get(STREAM_TABLE, [group_by.encode()])[0]
+    if data == STREAM_RESET:
+        return RESET
     return None if data is None else StreamState.from_bytes(data)
 
 
@@ -145,6 +154,14 @@ def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int
             this one (the checkpoint is older than the store: restored from a copy).
 
     """
+    if previous is RESET:
+        if batch > 0:
+            raise StreamOwnershipError(
+                f"GroupBy {group_by!r} was uploaded with a changed definition, which dropped "
+                "the tiles streamed under the old one, but this checkpoint has streamed "
+                f"{batch} micro-batches already and would not replay their events. Fix: "
+                "restart the stream from a new checkpoint: it replays the landed events")
+        return None, StreamCounts()
     if previous is None:
         if batch > 0:
             log.warning("stream %s: no stream record for batch %d in this store; starting "
