@@ -176,3 +176,26 @@ def test_a_range_open_on_one_side_keeps_the_first_and_last_milliseconds(spark: A
         assert after == [(1, BASE + 1, 1, 1, 1.0), (1, last, 2, 2, None)], executor
         before = rows(tt.backfill(join, spark, end="2024-01-01", executor=executor))
         assert before == [(1, first, 0, 0, None), (1, BASE + 1, 1, 1, 1.0)], executor
+
+
+def test_collated_string_keys_are_refused_with_a_fix_that_works(spark: Any) -> None:
+    """Keys equal under a collation but not in bytes would part in the executors and online."""
+    lcase = "CAST(k AS STRING COLLATE UTF8_LCASE)"
+    events = spark.createDataFrame([("A", BASE, 1.0), ("a", BASE + 1, 2.0)],
+                                   "k string, ts long, amount double").selectExpr(
+        f"{lcase} AS k", "ts", "amount")
+    queries = spark.createDataFrame([("a", BASE + 5)], "k string, ts long").selectExpr(
+        f"{lcase} AS k", "ts")
+    count = [tt.Aggregation("amount", "count")]
+    join = tt.Join("c", tt.EventSource(queries), [tt.GroupBy("g", tt.EventSource(events), ["k"],
+                                                             count)])
+    with pytest.raises(tt.DefinitionError, match=r"keys: 'k' is string collate UTF8_LCASE.*Fix: "
+                       r"select it as bytes that are equal when the strings are: \{'k': "
+                       r"'CAST\(lower\(k\) AS STRING COLLATE UTF8_BINARY\)'\}"):
+        tt.backfill(join, spark)
+    as_bytes = {"k": "CAST(lower(k) AS STRING COLLATE UTF8_BINARY)", "ts": "ts"}
+    fixed = tt.Join("c", tt.EventSource(queries, select=as_bytes), [tt.GroupBy(
+        "g", tt.EventSource(events, select={**as_bytes, "amount": "amount"}), ["k"], count)])
+    for executor in ("auto", "tiled", "reference"):
+        assert [tuple(row) for row in tt.backfill(fixed, spark, executor=executor).collect()] \
+            == [("a", BASE + 5, 2)], executor

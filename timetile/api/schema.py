@@ -24,6 +24,17 @@ VALUE_TYPES = frozenset(value.value for value in ValueType)
 #: Type names of nested (and semi-structured) columns, which cannot key a GroupBy: the
 #: executors group by one value.
 _NESTED_TYPES = ("array<", "struct<", "map<", "variant")
+#: How a string of a collation other than byte order starts (``string collate UTF8_LCASE``).
+COLLATED = "string collate "
+
+
+def _collation_problem(field: str, column: str, kind: str) -> Problem:
+    """Describe a collated string column: timetile compares strings by their bytes."""
+    return Problem(field, f"{column!r} is {kind}, whose equal strings may differ in bytes, and "
+                   "timetile compares strings by their bytes (online, and in its executors)",
+                   f"select it as bytes that are equal when the strings are: {{'{column}': "
+                   f"'CAST(lower({column}) AS STRING COLLATE UTF8_BINARY)'}} for UTF8_LCASE, "
+                   f"or without lower() to tell all bytes apart")
 
 
 def _missing(field: str, column: str, label: str, schema: Schema) -> Problem:
@@ -53,11 +64,16 @@ def group_by_problems(group_by: GroupBy, schema: Schema, field: str = "") -> lis
                          f"cast it in the source's select, e.g. {{'{key}': 'to_json({key})'}}, "
                          "or key by its parts as several columns")
                  for key in group_by.keys if schema.get(key, "").startswith(_NESTED_TYPES)]
+    problems += [_collation_problem(f"{field}keys", key, schema[key])
+                 for key in group_by.keys if schema.get(key, "").startswith(COLLATED)]
     for index, aggregation in enumerate(group_by.aggregations or ()):
         where = f"{field}aggregations[{index}]"
         column_type = schema.get(aggregation.column)
         if column_type is None:
             problems.append(_missing(f"{where}.column", aggregation.column, label, schema))
+        elif column_type.startswith(COLLATED):
+            problems.append(_collation_problem(f"{where}.column", aggregation.column,
+                                               column_type))
         elif column_type not in VALUE_TYPES:
             problems.append(Problem(
                 f"{where}.column", f"{aggregation.column!r} is {column_type}, which no op reads",
@@ -83,6 +99,8 @@ def _bucket_problems(buckets: Sequence[str], where: str, label: str,
         field = f"{where}.buckets[{index}]"
         if bucket not in schema:
             problems.append(_missing(field, bucket, label, schema))
+        elif schema[bucket].startswith(COLLATED):
+            problems.append(_collation_problem(field, bucket, schema[bucket]))
         elif schema[bucket] != "string":
             problems.append(Problem(
                 field, f"{bucket!r} is {schema[bucket]}, and buckets must be strings",

@@ -36,7 +36,13 @@ _COARSE: dict[type[T.DataType], str] = {
 
 
 def coarse_type(data_type: T.DataType) -> str:
-    """Return the engine-free type name of a Spark type (see :mod:`timetile.api.schema`)."""
+    """Return the engine-free type name of a Spark type (see :mod:`timetile.api.schema`).
+
+    A string of another collation than Spark's default (byte order) keeps its collation in
+    the name (``string collate UTF8_LCASE``): equal strings under it may differ in bytes.
+    """
+    if isinstance(data_type, T.StringType) and data_type.collation != "UTF8_BINARY":
+        return data_type.simpleString()
     return _COARSE.get(type(data_type), data_type.simpleString())
 
 
