@@ -206,6 +206,22 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
     assert (1,) in {hot.key for hot in split.hot}  # the Zipf head
 
 
+@pytest.mark.parametrize("edge", [-(2**63) + 10, 2**63 - 11])
+def test_a_hot_key_with_times_at_the_ends_of_int64_is_cut(spark: Any, edge: int) -> None:
+    """Chunks at the first and last int64 milliseconds: no overflow, the oracle's values."""
+    events = [(1, BASE + i * 60_000, float(i)) for i in range(400)] + [(1, edge, 7.0)]
+    queries = [(1, BASE + i * 600_000, i) for i in range(40)] + [(1, edge + 10, 40)]
+    group_by = tt.GroupBy("edge", tt.EventSource(spark.createDataFrame(
+        events, "user_id long, ts long, amount double")), ["user_id"],
+        [tt.Aggregation("amount", op, windows=["1h"]) for op in ("sum", "count")])
+    join = tt.Join("edges", tt.EventSource(spark.createDataFrame(
+        queries, "user_id long, ts long, qid int")), [group_by])
+    job = tt.BackfillJob(join, spark, max_key_events=100)
+    ours = job.dataframe()
+    assert any("swept in chunks of time" in note for note in job.report.notes)
+    assert not mismatches(join, ours, spark, ["qid"])
+
+
 def test_a_key_hot_by_its_left_rows_is_cut_too(spark: Any) -> None:
     """A key with few events but many left rows (and a null key with many) is found, cut by
     its queries' times, and still gives the oracle's results."""

@@ -72,6 +72,9 @@ MAX_EXTRA_COPIES = 128
 #: N / 4,096, so at the default limit the bound rules out hot keys up to some 8 billion rows.
 KEY_BUCKETS = 4096
 
+#: The last int64 millisecond: chunk arithmetic saturates there instead of wrapping.
+_INT64_MAX = 2**63 - 1
+
 #: Bytes a row is guessed to take in Spark's size estimate of a part's events and left rows,
 #: by :func:`worth_tallying`: Parquet of a key, a time and a value takes about 16 (the
 #: benchmarks' data).
@@ -264,11 +267,16 @@ def chunk_load(events: np.ndarray, queries: np.ndarray, reach: int, length: int)
     A chunk holds its queries, and its events with those of the reach before it; ``events``
     and ``queries`` are sorted times (int64). O((n + chunks) log n).
     """
+    seen_until = np.minimum(events, _INT64_MAX - reach) + reach  # saturated, as in Spark
     chunks = np.unique(np.concatenate([queries // length, events // length,
-                                       (events + reach) // length]))
-    starts = chunks * length
-    held = (np.searchsorted(events, starts + length) - np.searchsorted(events, starts - reach)
-            + np.searchsorted(queries, starts + length) - np.searchsorted(queries, starts))
+                                       seen_until // length]))
+    with np.errstate(over="ignore"):  # the first chunk may start before int64's first time
+        starts = np.where(chunks == (-_INT64_MAX - 1) // length, -_INT64_MAX - 1,
+                          chunks * length)
+    ends = np.minimum(starts, _INT64_MAX - length) + length
+    reached = np.maximum(starts, -_INT64_MAX - 1 + reach) - reach
+    held = (np.searchsorted(events, ends) - np.searchsorted(events, reached)
+            + np.searchsorted(queries, ends) - np.searchsorted(queries, starts))
     return int(held.max()) if len(held) else 0
 
 
@@ -315,7 +323,8 @@ def chunk_length(event_times: Sequence[int] | np.ndarray, query_times: Sequence[
         units = _round_units(low)
         return -(-low // units[0]) * units[0] if units else low
     times = np.concatenate([events, queries])
-    high = max(int(times.max() - times.min()) + 1 if rows else 1, low)
+    span = int(times.max()) - int(times.min()) + 1 if rows else 1  # Python ints: no wrap
+    high = max(min(span, _INT64_MAX), low)
     if chunk_load(events, queries, reach, high) <= budget:
         low = high
     while high - low > max(low // 100, 1):  # to 1%: the sample is no finer
@@ -414,8 +423,9 @@ def with_chunks(rows: DataFrame, keys: Sequence[str], split: KeySplit, is_event:
     else:
         keyed = _joined_lengths(rows, keys, split)
     own = _chunk_of(f"`{TIME}`")
+    seen_until = f"(least(`{TIME}`, {_INT64_MAX - split.reach}) + {split.reach})"  # saturated
     chunks = F.when(F.col(_CHUNK_LENGTH).isNull(), F.array(F.lit(0).cast("long"))).when(
-        is_event, F.sequence(own, _chunk_of(f"(`{TIME}` + {split.reach})"))
+        is_event, F.sequence(own, _chunk_of(seen_until))
     ).otherwise(F.array(own))
     return keyed.withColumn(CHUNK, F.explode(chunks)).select(*rows.columns, CHUNK)
 
@@ -448,6 +458,10 @@ def _joined_lengths(rows: DataFrame, keys: Sequence[str], split: KeySplit) -> Da
 
 
 def _chunk_of(time: str) -> Column:
-    """Return the chunk holding ``time`` (a SQL expression), by exact floor division."""
+    """Return the chunk holding ``time`` (a SQL expression), by exact floor division.
+
+    ``div`` truncates toward zero, so a negative time off a chunk boundary is one chunk lower;
+    nothing overflows, even at the first and last int64 milliseconds.
+    """
     length = f"`{_CHUNK_LENGTH}`"
-    return F.expr(f"({time} - pmod({time}, {length})) div {length}")
+    return F.expr(f"({time} div {length}) - CAST({time} % {length} < 0 AS BIGINT)")

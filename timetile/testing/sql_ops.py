@@ -128,12 +128,16 @@ def _decimal(number: float) -> str:
 
 #: ``[start, end)`` of each window kind as SQL over ``{q}`` (the time the window ends at),
 #: ``{length}`` and ``{hop}``; None is an unbounded start. ``x - pmod(x, hop)`` is a true
-#: floor, also before the epoch.
-_FLOOR_START = "({q} - {length}) - pmod({q} - {length}, {hop})"
+#: floor, also before the epoch. A bound before the first int64 millisecond is that
+#: millisecond (the window starts there): ``try_subtract`` gives null where ``-`` overflows.
+_FIRST = "(-9223372036854775807 - 1)"  # a bigint: the literal 2**63 is a decimal
+_FLOOR_START = (f"coalesce(try_subtract(try_subtract({{q}}, {{length}}), "
+                f"pmod(try_subtract({{q}}, {{length}}), {{hop}})), {_FIRST})")
 WINDOW_SQL: Mapping[WindowKind, tuple[str | None, str]] = {
-    WindowKind.SLIDING: ("{q} - {length}", "{q}"),
+    WindowKind.SLIDING: (f"coalesce(try_subtract({{q}}, {{length}}), {_FIRST})", "{q}"),
     WindowKind.SAWTOOTH: (_FLOOR_START, "{q}"),
-    WindowKind.HOPPING: (_FLOOR_START, "{q} - pmod({q}, {hop})"),
+    WindowKind.HOPPING: (_FLOOR_START,
+                         f"coalesce(try_subtract({{q}}, pmod({{q}}, {{hop}})), {_FIRST})"),
     WindowKind.LIFETIME: (None, "{q}"),
 }
 
@@ -142,7 +146,8 @@ def window_interval(window: Window | None, at: str) -> tuple[str | None, str]:
     """Write SQL for a window's ``[start, end)`` at the times in column ``at`` (None: lifetime).
 
     >>> window_interval(Window(10, hop=4), "q")
-    ('(q - 10) - pmod(q - 10, 4)', 'q')
+    ('coalesce(try_subtract(try_subtract(q, 10), pmod(try_subtract(q, 10), 4)), \
+(-9223372036854775807 - 1))', 'q')
     >>> window_interval(None, "q")
     (None, 'q')
     """
