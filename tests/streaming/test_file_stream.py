@@ -178,6 +178,20 @@ def test_times_beyond_sparks_timestamps_stream_like_any_other(
     assert (stream.totals.written, stream.totals.late) == (2, 1)
 
 
+def test_a_line_with_a_value_of_the_wrong_type_is_unusable(
+        world: World, spark: Any, tmp_path: Path) -> None:
+    """Spark would read such a value as null and the event as written without it."""
+    uri = world.store(tmp_path / "store")
+    normal = next(row for row in world.rows if row["ts"] is not None
+                  and row["user_id"] is not None and row["amount"] is not None)
+    rows = [normal, {**normal, "amount": "abc"}, {**normal, "amount": "200"}]
+    files = write_files(tmp_path / "landing", rows, 1)
+    stream = stream_group_by(world.group_by, spark, FileSource(str(files[0].parent)), uri,
+                             str(tmp_path / "checkpoint"), until_idle=True)
+    stream.await_termination()
+    assert (stream.totals.written, stream.totals.unusable) == (1, 2)
+
+
 KILLED_DEFS = """
 import sys
 sys.path.insert(0, {helpers!r})

@@ -134,7 +134,7 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
                 if isinstance(source.mutation_table, str) else
                 f"{column!r} is not a column of the mutation table", one_of(column, raw.columns))
     check_time_column(raw.sparkSession, raw, source.mutation_time_column,
-                    f"{field}.mutation_time_column")
+                      f"{field}.mutation_time_column")
     raw = raw.withColumns({
         MUTATION_TIME: time_millis(source.mutation_time_column,
                                    raw.schema[source.mutation_time_column].dataType),

@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 #: Landed files' modification times count from here (any fixed past time will do).
 _MTIME_BASE = 1_700_000_000
 #: How much older than the newest file a landed file may be and still be read: Spark's
 #: checkpoint forgets the files older than this, so it bounds its list of files read.
 MAX_FILE_AGE = "3650d"
+#: The column that holds a JSON line Spark could not read whole (malformed, or a value of the
+#: wrong type): the job reads such a line as a row of nulls, counted as unusable.
+CORRUPT = "_tt_corrupt"
 #: The file formats a directory source reads.
 FORMATS = ("json", "parquet")
 
@@ -34,7 +37,8 @@ class FileSource:
     """Events as files in a directory: JSON lines or Parquet.
 
     Each JSON line is one event, an object of the source's raw columns (before its
-    ``select``); a malformed line reads as a row of nulls, counted as unusable by the job.
+    ``select``); a malformed line, or one with a value of the wrong type (``"amount": "abc"``
+    for a double), reads as a row of nulls, counted as unusable by the job.
     Times are what the batch source holds: epoch ms, or ISO-8601 strings.
 
     Args:
@@ -64,8 +68,10 @@ class FileSource:
         # Spark skips a file more than maxFileAge (7 days by default) older than the newest
         # it has seen: a file landed with an old modification time (copied from an archive,
         # written long before its rename) would be lost without a count.
+        if self.format == "json":  # a line with a value of the wrong type is read whole
+            schema = StructType([*schema.fields, StructField(CORRUPT, StringType())])
         reader = (spark.readStream.schema(schema).format(self.format)
-                  .option("maxFileAge", MAX_FILE_AGE))
+                  .option("maxFileAge", MAX_FILE_AGE).option("columnNameOfCorruptRecord", CORRUPT))
         if self.max_files_per_trigger is not None:
             reader = reader.option("maxFilesPerTrigger", str(self.max_files_per_trigger))
         return reader.load(self.path)

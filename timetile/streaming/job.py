@@ -65,6 +65,7 @@ from timetile.spark.sources import (
     read_table,
     time_millis,
 )
+from timetile.streaming.file_source import CORRUPT
 from timetile.streaming.sources import StreamSource, parse_source
 from timetile.streaming.state import (
     StreamCounts,
@@ -325,6 +326,7 @@ def stream_writer(group_by: GroupBy, meta: GroupByMeta) -> StreamWriter:
 #: microseconds) hold, rounded in to a whole millisecond.
 MAX_INSTANT_MS = (2**63 - 1) // 1000
 
+
 def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: GroupByMeta,
                  *, lateness_ms: int = 0, field: str = "group_by") -> DataFrame:
     """Return raw source rows as a micro-batch of :meth:`TileStream.write_batch` takes them.
@@ -342,6 +344,9 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
 
     """
     source = group_by.source
+    if CORRUPT in raw.columns:  # a line Spark could not read whole: all null, so unusable
+        raw = raw.select(*[F.when(F.col(CORRUPT).isNull(), F.col(column)).alias(column)
+                           for column in raw.columns if column != CORRUPT])
     if isinstance(source, EntitySource):
         rows = mutation_rows(raw, source, f"{field}.source", meta.row_columns)
         types = coarse_schema(rows.select(*meta.row_columns))
