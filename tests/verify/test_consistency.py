@@ -201,6 +201,26 @@ def test_a_tampered_value_is_one_mismatch(spark: SparkSession, served: Served,
     assert (histogram.counts[0], histogram.counts[-1]) == (sum(histogram.counts) - 1, 1)
 
 
+def test_unreadable_logged_rows_are_counted_not_compared(
+        spark: SparkSession, served: Served, tmp_path: Path) -> None:
+    """Rows without keys or time, or with keys of another Join, are left out and said so."""
+    logs = tmp_path / "logs"
+    shutil.copytree(served.logs, logs)
+    row = pq.read_table(served.logs / served.join.name).to_pylist()[0]
+    [key] = json.loads(row["keys"])
+    odd = [{**row, "keys": None}, {**row, "request_time": None},
+           {**row, "keys": json.dumps({key: "abc"})}, {**row, "keys": json.dumps({"uid": 1})}]
+    pq.write_table(pa.Table.from_pylist(
+        [{**odd_row, "request_id": f"odd-{index}"} for index, odd_row in enumerate(odd)],
+        schema=SCHEMA), logs / served.join.name / "part-9999999999999-000000.parquet")
+    report = consistency(served.join, spark, logs)
+    assert report.rows == served.rows
+    assert report.left_out == 4
+    assert not any(entry.mismatches for entry in report.features)
+    assert report.summary().endswith("; 4 logged rows unreadable (no keys or time, or keys "
+                                     "that are not the Join's) left out")
+
+
 def test_errors_name_the_logs(spark: SparkSession, served: Served, tmp_path: Path) -> None:
     with pytest.raises(ConsistencyError, match="No response logs of Join 'online' under"):
         consistency(served.join, spark, tmp_path)

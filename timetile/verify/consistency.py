@@ -102,8 +102,8 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
         progress.stage if progress is not None else lambda _: nullcontext())
     path = logs_path(logs_dir, join.name)
     with stage("read logs"):
-        logs = _read_logs(spark, path)
-        left = _left_rows(spark, join, logs)
+        logs, unusable = _read_logs(spark, path)
+        left, unreadable = _left_rows(spark, join, logs)
     compared: DataFrame | None = None
     try:
         with stage("recompute and compare"):
@@ -115,7 +115,8 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
             histograms = _histograms(spark, compared, specs)
         rows = features[0].rows + features[0].stale if features else 0
         report = ConsistencyReport(join.name, path, rows, features, timeline, per_feature,
-                                   histograms, None if output is None else str(output))
+                                   histograms, None if output is None else str(output),
+                                   unusable + unreadable)
         if output is not None:
             with stage("write report"):
                 _write(report, compared, Path(output))
@@ -146,8 +147,13 @@ def logs_path(logs_dir: str | os.PathLike[str], join: str) -> str:
     return path
 
 
-def _read_logs(spark: SparkSession, path: str) -> DataFrame:
-    """Return the log rows that have keys and a time; check, in one job, that some do."""
+def _read_logs(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
+    """Return the log rows that have keys and a time, and how many do not (one job).
+
+    Raises:
+        ConsistencyError: the files are not response logs, or no row has keys and a time.
+
+    """
     logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(path)
     try:
         row = logs.agg(F.count(F.lit(1)).alias("rows"),
@@ -170,7 +176,7 @@ def _read_logs(spark: SparkSession, path: str) -> DataFrame:
             f"{row['unusable']} without keys or request time). Fix: serve some requests with "
             "logging on first")
     return logs.where(F.col("keys").isNotNull() & F.col("request_time").isNotNull()
-                      & F.col("row_index").isNotNull())
+                      & F.col("row_index").isNotNull()), int(row["unusable"])
 
 
 _JAVA_ERROR = re.compile(r"^(Caused by: )?[\w.$]+(Exception|Error): (.+)$")
@@ -185,8 +191,12 @@ def _cause(error: Exception) -> str:
     return text.rstrip(". ")[:300]
 
 
-def _left_rows(spark: SparkSession, join: Join, logs: DataFrame) -> DataFrame:
-    """Each log row as a left row: key columns (the left source's types), time, log columns."""
+def _left_rows(spark: SparkSession, join: Join, logs: DataFrame) -> tuple[DataFrame, int]:
+    """Each log row as a left row: key columns (the left source's types), time, log columns.
+
+    A row whose keys lack one of the Join's, or hold a value that does not read as its
+    column's type, was not a fetch of this Join's keys: it is left out, and counted (one job).
+    """
     keys = list(dict.fromkeys(key for part in join.join_parts for key in part.left_keys))
     taken = sorted(set(keys) & set(LOG_COLUMNS))
     if taken:
@@ -202,10 +212,21 @@ def _left_rows(spark: SparkSession, join: Join, logs: DataFrame) -> DataFrame:
             "the logged keys have no type to take. Fix: select the key columns in the left "
             "source")
     parsed = F.from_json("keys", T.MapType(T.StringType(), T.StringType()))
-    return logs.select(
+    readable = F.lit(True)
+    for key in keys:
+        text = parsed.getItem(key)
+        readable &= F.map_contains_key(parsed, key) & (
+            text.isNull() | _typed(text, schema[key].dataType).isNotNull())
+    rows = logs.select(
         *(_typed(parsed.getItem(key), schema[key].dataType).alias(key) for key in keys),
         "request_id", "row_index", "request_time",
-        F.col("features").alias("log_features"), F.col("stale").alias("log_stale"))
+        F.col("features").alias("log_features"), F.col("stale").alias("log_stale"),
+        F.coalesce(readable, F.lit(False)).alias("_tt_readable"))
+    unreadable = rows.agg(F.count_if(~F.col("_tt_readable"))).first()[0]  # type: ignore[index]
+    if unreadable:
+        log.warning("%s of the logged rows have keys that are not Join %r's key columns; "
+                    "they are left out", f"{unreadable:,}", join.name)
+    return rows.where("_tt_readable").drop("_tt_readable"), int(unreadable or 0)
 
 
 def _left_schema(spark: SparkSession, join: Join) -> T.StructType:

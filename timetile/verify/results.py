@@ -125,6 +125,9 @@ class ConsistencyReport:
         feature_timelines: the same per feature, for the features that mismatch most.
         histograms: per numeric feature with a finite difference, its distribution.
         output: where the table and the HTML report were written, or None.
+        left_out: logged rows not compared: without keys, row index or request time, or
+            with keys that do not read as the Join's key columns (a missing key, a value of
+            another type).
 
     """
 
@@ -136,6 +139,7 @@ class ConsistencyReport:
     feature_timelines: Mapping[str, Sequence[TimelinePoint]] = field(default_factory=dict)
     histograms: Mapping[str, Histogram] = field(default_factory=dict)
     output: str | None = None
+    left_out: int = 0
 
     def feature(self, name: str) -> FeatureConsistency:
         """Return the entry of the feature column ``name``; KeyError when there is none."""
@@ -167,6 +171,9 @@ class ConsistencyReport:
             line += " (approximate ops: within their error bounds)"
         if self.stale_rows:
             line += f"; {self.stale_rows:,} stale rows left out"
+        if self.left_out:
+            line += (f"; {self.left_out:,} logged rows unreadable (no keys or time, or keys "
+                     "that are not the Join's) left out")
         return line
 
     def table(self) -> pa.Table:
