@@ -126,6 +126,12 @@ def test_missing_keys_late_uploads_and_bad_rows(spark: Any, store_uri: str) -> N
         for lossy in (1.7, True):
             with pytest.raises(tt.DefinitionError, match="user_id"):
                 fetcher.fetch([{"user_id": lossy}])
+        with pytest.raises(tt.DefinitionError, match=r"rows: dict is not a list of rows"):
+            fetcher.fetch({"user_id": 1})  # type: ignore[arg-type]
+        with pytest.raises(tt.DefinitionError, match=r"at: '2024-01-03' is not epoch millis"):
+            fetcher.fetch([{"user_id": 1}], at="2024-01-03")  # type: ignore[arg-type]
+        assert fetcher.fetch([{"user_id": 1}], at=np.int64(DAY_END))[0].features == \
+            present.features
 
 
 def test_uploads_in_flight_changed_definitions_and_unfinished_days(spark: Any,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from timetile.online.layout import STREAM_RESET, STREAM_TABLE
 from timetile.online.lmdb_store import LmdbStore
 from timetile.streaming.file_source import FileSource
+from timetile.streaming.job import lateness_ms
 from timetile.streaming.redis_source import RedisStreamSource
 from timetile.streaming.sources import parse_source
 from timetile.streaming.state import (
@@ -113,3 +114,9 @@ def test_stream_source_uris() -> None:
                          ("redis://h:1/0", "names no stream")]:
         with pytest.raises(ValueError, match=message):
             parse_source(bad)
+
+
+@pytest.mark.parametrize(("text", "millis"), [("0", 0), ("0s", 0), (" 00m ", 0), ("90m", 5_400_000),
+                                              (0, 0), (1_000, 1_000)])
+def test_lateness_reads_zero_as_none(text: str | int, millis: int) -> None:
+    assert lateness_ms(text) == millis

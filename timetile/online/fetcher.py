@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -191,7 +192,15 @@ class Fetcher:
             DefinitionError: a row lacks a key column, or a key value has the wrong type.
 
         """
-        at = self.clock() if at is None else at
+        if isinstance(rows, (Mapping, str)) or not isinstance(rows, Sequence):
+            raise DefinitionError.single(
+                f"fetch of Join {self.join.name!r}", "rows", f"{type(rows).__name__} is not a "
+                "list of rows", "pass a list of mappings, e.g. [{'user_id': 1}]")
+        if at is not None and (isinstance(at, bool) or not isinstance(at, Integral)):
+            raise DefinitionError.single(
+                f"fetch of Join {self.join.name!r}", "at", f"{at!r} is not epoch milliseconds",
+                "pass an int of milliseconds since the epoch (UTC), or None for now")
+        at = self.clock() if at is None else int(at)
         results = [FetchResult({}) for _ in rows]
         for part in self.join.join_parts:
             self._fetch_part(part, rows, at, results)

@@ -35,6 +35,7 @@ store), never dropped silently:
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -285,8 +286,10 @@ def stream_totals(store: KVStore, group_by: str) -> StreamCounts | None:
 def lateness_ms(lateness: str | int) -> int:
     """Parse an allowed lateness: a duration (``"90m"``, ``"1h"``) or milliseconds (0 or more).
 
-    >>> lateness_ms("1h"), lateness_ms(0)
-    (3600000, 0)
+    ``"0"`` (or ``"0s"``, any unit) is no lateness, as 0 is.
+
+    >>> lateness_ms("1h"), lateness_ms(0), lateness_ms("0")
+    (3600000, 0, 0)
     """
     if isinstance(lateness, bool):
         raise ValueError(f"lateness {lateness!r} is not a duration")
@@ -294,6 +297,8 @@ def lateness_ms(lateness: str | int) -> int:
         if lateness < 0:
             raise ValueError(f"lateness {lateness} ms is negative: use 0 or more")
         return lateness
+    if isinstance(lateness, str) and re.fullmatch(r"\s*0+\s*[smhd]?\s*", lateness):
+        return 0
     return parse_duration(lateness)
 
 
