@@ -16,7 +16,7 @@ from timetile.offline.report import SourceCounts
 
 
 def count_sources(plan: BackfillPlan,
-                   bounded: Mapping[int, Collection[tuple[str, ...]]]) -> list[SourceCounts]:
+                  bounded: Mapping[int, Collection[tuple[str, ...]]]) -> list[SourceCounts]:
     """Count every source's rows, those it cannot use, and its fullest key buckets: one job.
 
     It also finds the latest time of each source that gives its time as integers
