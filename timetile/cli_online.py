@@ -32,7 +32,7 @@ from timetile.cli_common import (
     user_errors,
 )
 from timetile.cli_render import format_float, print_features, print_upload
-from timetile.core.timeutil import ms_to_iso
+from timetile.core.timeutil import SECONDS_LIKE_MS, ms_to_iso
 from timetile.online.store import KVStore, open_store
 from timetile.progress import JobProgress
 
@@ -116,9 +116,6 @@ _Store = Annotated[str, typer.Option(
     help="The store: lmdb:PATH, lmdb:///abs/path, a directory, or redis://host:port/db.",
     show_default=False)]
 _DIGITS = re.compile(r"^-?\d+$")
-#: Epoch milliseconds of at least 12 digits (1973-03-03 on): fewer is more likely epoch
-#: seconds or a basic ISO date (20240301), both of which would read as a time in 1970.
-_LEAST_MILLIS = 100_000_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -138,7 +135,7 @@ def parse_time(option: str, value: str) -> int:
         millis = int(text)
         if not -(2**63) <= millis < 2**63:
             raise CliError(f"{option} {value!r} is beyond int64 milliseconds. {fix}")
-        if abs(millis) < _LEAST_MILLIS:
+        if abs(millis) < SECONDS_LIKE_MS:
             raise CliError(f"{option} {value!r} would be epoch milliseconds in 1970 to 1973: "
                            f"if it is epoch seconds or a date, write it in full. {fix}")
         return millis

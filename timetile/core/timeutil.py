@@ -21,6 +21,10 @@ UNIT_MS: dict[str, int] = {"d": DAY_MS, "h": HOUR_MS, "m": MINUTE_MS, "s": SECON
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: Epoch milliseconds below this (1973-03-03T09:46:40Z) look like epoch seconds, or a basic
+#: ISO date (20240301): seconds of any day up to the year 5138 are below it. The backfill
+#: warns when every integer time of a source is; ``fetch --at`` refuses such digits.
+SECONDS_LIKE_MS = 100_000_000_000
 
 
 def parse_duration(text: str) -> int:

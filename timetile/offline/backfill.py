@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
-from timetile.core.timeutil import DAY_MS, date_to_ms, ms_to_iso
+from timetile.core.timeutil import DAY_MS, SECONDS_LIKE_MS, date_to_ms, ms_to_iso
 from timetile.offline.derivations import apply_derivations, check_plan
 from timetile.offline.entity_executor import entity_features, entity_output_fields
 from timetile.offline.hot_keys import (
@@ -67,11 +67,6 @@ EXECUTORS: Mapping[str, Executor] = {
     "interval_tree": interval_tree_features,
     "reference": reference_features,
 }
-
-
-#: Integer times all before this (1973-03-03T09:46:40Z) look like epoch seconds: the job
-#: warns. Seconds of any day up to the year 5138 are below it.
-SECONDS_LIKE_MS = 100_000_000_000
 
 
 class BackfillJob:

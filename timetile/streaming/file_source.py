@@ -65,13 +65,15 @@ class FileSource:
 
     def read_stream(self, spark: SparkSession, schema: StructType) -> DataFrame:
         """Return the directory as a streaming DataFrame of ``schema``'s columns. No job runs."""
+        if self.format == "json":  # a line with a value of the wrong type is kept whole
+            schema = StructType([*schema.fields, StructField(CORRUPT, StringType())])
         # Spark skips a file more than maxFileAge (7 days by default) older than the newest
         # it has seen: a file landed with an old modification time (copied from an archive,
         # written long before its rename) would be lost without a count.
-        if self.format == "json":  # a line with a value of the wrong type is read whole
-            schema = StructType([*schema.fields, StructField(CORRUPT, StringType())])
         reader = (spark.readStream.schema(schema).format(self.format)
-                  .option("maxFileAge", MAX_FILE_AGE).option("columnNameOfCorruptRecord", CORRUPT))
+                  .option("maxFileAge", MAX_FILE_AGE))
+        if self.format == "json":
+            reader = reader.option("columnNameOfCorruptRecord", CORRUPT)
         if self.max_files_per_trigger is not None:
             reader = reader.option("maxFilesPerTrigger", str(self.max_files_per_trigger))
         return reader.load(self.path)
