@@ -359,6 +359,10 @@ def test_fetch_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
     defs = write_defs(tmp_path / "defs.py", data)
     store = f"lmdb:{tmp_path / 'store'}"
     fetch = ["fetch", str(defs), "--store", store]
+    stderr = error_of(runner, [*fetch, "--key", "user_id=1"])  # a mistyped path, say
+    assert f"--store {store}: there is no store at {tmp_path / 'store'}" in stderr
+    assert not (tmp_path / "store").exists()
+    (tmp_path / "store").mkdir()
     stderr = error_of(runner, [*fetch, "--key", "user_id=1"])
     assert "user_views of Join 'tiny_model' has no upload in this store" in stderr
     assert f"Fix: run timetile upload {defs} --ds YYYY-MM-DD --store {store}" in stderr

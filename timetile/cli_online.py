@@ -33,7 +33,7 @@ from timetile.cli_common import (
 )
 from timetile.cli_render import format_float, print_features, print_upload
 from timetile.core.timeutil import SECONDS_LIKE_MS, ms_to_iso
-from timetile.online.store import KVStore, open_store
+from timetile.online.store import KVStore, local_store_path, open_store
 from timetile.progress import JobProgress
 
 if TYPE_CHECKING:
@@ -162,9 +162,17 @@ def parse_keys(values: list[str]) -> dict[str, str]:
     return row
 
 
-def _open(uri: str) -> KVStore:
-    """Open the store of ``--store``; a URI of no known store is a :class:`CliError`."""
+def _open(uri: str, *, existing: bool = True) -> KVStore:
+    """Open the store of ``--store``; a URI of no known store is a :class:`CliError`.
+
+    Unless ``existing`` is False (``upload`` creates the store), an embedded store's
+    directory must exist: opening would create an empty store at a mistyped path.
+    """
     try:
+        path = local_store_path(uri)
+        if existing and path is not None and not Path(path).is_dir():
+            raise CliError(f"--store {uri}: there is no store at {path}. Fix: check the path, "
+                           "or run timetile upload first, which creates it.")
         return open_store(uri)
     except ValueError as error:
         raise CliError(f"--store: {error}.") from None
@@ -209,7 +217,7 @@ def upload(
             chosen = [pick_join(defs, joins, join)]  # the one named, or the error of none
         else:
             chosen = list(joins.values())
-        _open(store).close()  # fail before Spark starts when the store cannot be used
+        _open(store, existing=False).close()  # fail before Spark starts if it cannot be used
         written: dict[str, tuple[int, int]] = {}
         began = time.perf_counter()
         with JobProgress(None, out) as progress, spark_session(progress) as spark:

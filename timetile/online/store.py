@@ -121,6 +121,21 @@ def open_store(uri: str) -> KVStore:
     return store
 
 
+def local_store_path(uri: str) -> str | None:
+    """Return the directory of an embedded (LMDB) store URI, None for a Redis one.
+
+    Lets a reader (``fetch``, ``serve``, ``stream``) tell a mistyped path from an empty
+    store before :func:`open_store` creates one there.
+
+    Raises:
+        ValueError: the URI names no known store.
+
+    """
+    if uri.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    return _lmdb_location(uri)[0]
+
+
 _ACCEPTED = ("lmdb:///abs/path, lmdb:relative/path, a bare directory path, redis://host:port/db, "
              "rediss://host:port/db or unix:///path/to/redis.sock")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
