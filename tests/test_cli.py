@@ -337,7 +337,13 @@ def test_upload_then_fetch(runner: CliRunner, data: Paths, tmp_path: Path) -> No
                                  "--at", "2024-01-06"], env=ENV)
     assert result.exit_code == 0, result.output
     assert "stale" in result.stdout  # three days after the upload: flagged
-    assert "stale: user_views" in " ".join(result.stdout.split())
+    assert "stale: user_views: the last upload no longer covers" in " ".join(
+        result.stdout.split())
+    result = runner.invoke(app, ["fetch", str(defs), "--store", store, "--key", "user_id=1",
+                                 "--at", "2024-01-02T12:00:00Z"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert ("stale: user_views: this time is before its upload's day end "  # another fix
+            "2024-01-03T00:00:00.000Z") in " ".join(result.stdout.split())
 
     # On its own, as a user runs it: the same answer, and PySpark never loads.
     script = ("import sys\n"

@@ -308,11 +308,13 @@ def fetch(
                 problem = error.problems[0]
                 raise CliError(f"--key: {problem.message}. Fix: {problem.fix}.") from None
         stale = list(dict.fromkeys(result.stale))
+        early = {name: fetcher.day_end(name) for name in stale if when < fetcher.day_end(name)}
         columns = {name for part in chosen.join_parts if part.group_by.name in stale
                    for name in part.output_columns()}
         keys = ", ".join(f"{name}={value}" for name, value in row.items())
         print_features(out, result.features, columns,
-                       title=f"{chosen.name} at {ms_to_iso(when)} · {keys}", stale=stale)
+                       title=f"{chosen.name} at {ms_to_iso(when)} · {keys}", stale=stale,
+                       before_upload=early)
 
 
 def consistency(

@@ -7,7 +7,7 @@ Spark job. Values are shown as :class:`rich.text.Text`, never parsed as markup.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from timetile.api.join import Join
+from timetile.core.timeutil import ms_to_iso
 from timetile.offline.report import JobReport
 
 #: The widest a list or map value is shown before it is cut.
@@ -181,8 +182,15 @@ def print_upload(console: Console, written: dict[str, tuple[int, int]], *, store
 
 
 def print_features(console: Console, features: dict[str, Any], stale_columns: set[str], *,
-                   title: str, stale: Sequence[str]) -> None:
-    """Print one row's features, one line each; the columns of stale GroupBys flagged."""
+                   title: str, stale: Sequence[str],
+                   before_upload: Mapping[str, int] | None = None) -> None:
+    """Print one row's features, one line each; the columns of stale GroupBys flagged.
+
+    ``before_upload`` names the stale GroupBys fetched before their upload's day end (epoch
+    ms), which need another fix than those whose upload is late.
+    """
+    early = dict(before_upload or {})
+    late = [name for name in stale if name not in early]
     table = Table(show_edge=False)
     table.add_column("feature", style="cyan", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -194,8 +202,14 @@ def print_features(console: Console, features: dict[str, Any], stale_columns: se
     console.print()
     console.print(Text(title, style="bold"))
     console.print(table)
-    if stale:
+    if late:
         console.print(Text(
-            f"stale: {', '.join(stale)}: the last upload no longer covers this time, so these "
+            f"stale: {', '.join(late)}: the last upload no longer covers this time, so these "
             "values miss what the next upload adds. Fix: run timetile upload with a later "
             "--ds.", style="yellow"))
+    for name, day_end in early.items():
+        console.print(Text(
+            f"stale: {name}: this time is before its upload's day end {ms_to_iso(day_end)}, "
+            "and the store holds no state from before it, so these are an empty window's "
+            "values. Fix: fetch at or after the day end, or upload an earlier --ds into a "
+            "fresh store.", style="yellow"))

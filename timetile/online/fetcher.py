@@ -175,6 +175,14 @@ class Fetcher:
             served[name] = _Served(group_by, meta, features, series_dtypes(features), None)
         self._served = served
 
+    def day_end(self, group_by: str) -> int:
+        """Return the day end of GroupBy ``group_by``'s upload (epoch ms).
+
+        A fetch is exact from it until its slack has passed; before it, the store holds no
+        state, and the GroupBy is stale.
+        """
+        return self._served[group_by].meta.day_end
+
     @property
     def key_columns(self) -> list[str]:
         """The left columns a request row must carry, in part order, each once."""
