@@ -192,6 +192,19 @@ def test_a_line_with_a_value_of_the_wrong_type_is_unusable(
     assert (stream.totals.written, stream.totals.unusable) == (1, 2)
 
 
+def test_a_bad_schema_is_named(world: World, spark: Any, tmp_path: Path) -> None:
+    uri = world.store(tmp_path / "store")
+    source = FileSource(str(world.files[0].parent))
+    with pytest.raises(tt.DefinitionError, match=r"schema: 'user_id lon, ts long' is not a "
+                       r"schema.*Fix: write Spark DDL of the raw rows"):
+        stream_group_by(world.group_by, spark, source, uri, str(tmp_path / "checkpoint"),
+                        schema="user_id lon, ts long")
+    with pytest.raises(tt.DefinitionError, match=r"with the stream's schema ts bigint, amount "
+                       r"double:\n.*'user_id' is not a column"):
+        stream_group_by(world.group_by, spark, source, uri, str(tmp_path / "checkpoint"),
+                        schema="ts bigint, amount double")
+
+
 KILLED_DEFS = """
 import sys
 sys.path.insert(0, {helpers!r})

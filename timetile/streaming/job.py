@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -311,7 +312,14 @@ def _schema(spark: SparkSession, group_by: GroupBy,
     if isinstance(schema, StructType):
         return schema
     if isinstance(schema, str):
-        parsed = StructType.fromDDL(schema)
+        try:
+            parsed = StructType.fromDDL(schema)
+        except AnalysisException as error:  # ParseException is one too
+            raise DefinitionError.single(
+                f"stream of {group_by.name!r}", "schema", f"{schema!r} is not a schema: "
+                f"{str(error).splitlines()[0][:200]}",
+                "write Spark DDL of the raw rows, e.g. 'user_id BIGINT, ts BIGINT, amount "
+                "DOUBLE'") from None
         assert isinstance(parsed, StructType)
         return parsed
     source = group_by.source
@@ -448,7 +456,14 @@ def stream_group_by(
     with open_store(store_uri) as store:
         meta = read_meta(store, group_by)  # fail before Spark starts anything
     raw = source.read_stream(spark, _schema(spark, group_by, schema))
-    frame = events_frame(group_by, spark, raw, meta, lateness_ms=allowed, field=field)
+    try:
+        frame = events_frame(group_by, spark, raw, meta, lateness_ms=allowed, field=field)
+    except DefinitionError as error:
+        if schema is None:
+            raise
+        # the rows come from the stream: a column the source lacks is the schema's
+        raise DefinitionError(f"{error.subject}, with the stream's schema {schema!s}",
+                              error.problems) from None
     handle = TileStream(group_by, store_uri, allowed, on_batch)
     writer = (frame.writeStream.queryName(f"timetile_stream_{group_by.name}")
               .option("checkpointLocation", checkpoint).foreachBatch(handle.foreach_batch))
