@@ -126,3 +126,19 @@ def test_bad_arguments_name_themselves(spark: Any, events: Any) -> None:
         tt.BackfillJob(join, spark, end=20240101)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"max_key_events is '5': give a positive int"):
         tt.BackfillJob(join, spark, max_key_events="5")  # type: ignore[arg-type]
+
+
+def test_a_dotted_column_is_refused_with_a_select_that_works(spark: Any) -> None:
+    """Spark reads ``a.b`` as a field of a struct ``a``: the fix renames it in the select."""
+    events = spark.createDataFrame([(1, 5, 1.0)], "user_id long, ts long, `a.b` double")
+    queries = spark.createDataFrame([(1, 10)], "user_id long, ts long")
+    dotted = tt.GroupBy("g", tt.EventSource(events), ["user_id"], [tt.Aggregation("a.b", "sum")])
+    with pytest.raises(tt.DefinitionError, match=r"parts\[0\]\.aggregations\[0\]\.column: 'a\.b' "
+                       r"holds a dot.*Fix: rename it in the source's select, e.g. "
+                       r"\{'a_b': '`a\.b`'\}"):
+        tt.backfill(tt.Join("m", tt.EventSource(queries), [dotted]), spark)
+    renamed = tt.EventSource(events, select={"user_id": "user_id", "ts": "ts", "a_b": "`a.b`"})
+    group_by = tt.GroupBy("g", renamed, ["user_id"], [tt.Aggregation("a_b", "sum")])
+    row = tt.backfill(tt.Join("m", tt.EventSource(queries), [group_by]), spark).first()
+    assert row is not None
+    assert row["g_a_b_sum"] == 1.0

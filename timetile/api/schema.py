@@ -53,9 +53,26 @@ def time_problems(field: str, column: str | None, label: str, schema: Schema) ->
     return []
 
 
+def _dotted_problems(field: str, names: Sequence[str | None]) -> list[Problem]:
+    """Column names Spark would read as a struct field (a dot) or a quoted name (a backtick)."""
+    return [Problem(field, f"{name!r} holds a dot or a backtick, which Spark reads as a "
+                    "struct field or a quote", f"rename it in the source's select, e.g. "
+                    f"{{'{name.replace('.', '_').replace('`', '')}': "
+                    f"'`{name.replace('`', '``')}`'}}")
+            for name in names if name is not None and ("." in name or "`" in name)]
+
+
 def group_by_problems(group_by: GroupBy, schema: Schema, field: str = "") -> list[Problem]:
     """Problems of one GroupBy against its source's schema."""
     label = group_by.source.label
+    problems = _dotted_problems(f"{field}keys", group_by.keys)
+    problems += _dotted_problems(f"{field}source.time_column", [group_by.time_column])
+    for index, aggregation in enumerate(group_by.aggregations or ()):
+        problems += _dotted_problems(f"{field}aggregations[{index}].column", [aggregation.column])
+        problems += _dotted_problems(f"{field}aggregations[{index}].buckets",
+                                     aggregation.buckets or ())
+    if problems:
+        return problems
     problems = time_problems(f"{field}source.time_column", group_by.time_column, label, schema)
     problems += [_missing(f"{field}keys", key, label, schema)
                  for key in group_by.keys if key not in schema]
