@@ -48,9 +48,16 @@ def time_problems(field: str, column: str | None, label: str, schema: Schema) ->
     if column not in schema:
         return [_missing(field, column, label, schema)]
     if schema[column] not in TIME_TYPES:
-        return [Problem(field, f"{column!r} is {schema[column]}, not a time",
-                        "use epoch milliseconds (bigint), a timestamp or an ISO-8601 string")]
+        return [not_a_time(field, column, schema[column])]
     return []
+
+
+def not_a_time(field: str, column: str, kind: str) -> Problem:
+    """Describe a time column of type ``kind``, which holds no time, with the fix."""
+    return Problem(field, f"{column!r} is {kind}, not a time",
+                   "use epoch milliseconds (bigint), a timestamp or an ISO-8601 string"
+                   + (f"; for the day's start, select {{{column!r}: 'CAST({column} AS "
+                      "TIMESTAMP)'}" if kind == "date" else ""))
 
 
 def _dotted_problems(field: str, names: Sequence[str | None]) -> list[Problem]:

@@ -20,6 +20,7 @@ DAY_MS = 24 * HOUR_MS
 UNIT_MS: dict[str, int] = {"d": DAY_MS, "h": HOUR_MS, "m": MINUTE_MS, "s": SECOND_MS}
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+_ZERO = re.compile(r"^\s*0+\s*[smhd]?\s*$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Epoch milliseconds below this (1973-03-03T09:46:40Z) look like epoch seconds, or a basic
 #: ISO date (20240301): seconds of any day up to the year 5138 are below it. The backfill
@@ -27,18 +28,23 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 SECONDS_LIKE_MS = 100_000_000_000
 
 
-def parse_duration(text: str) -> int:
+def parse_duration(text: str, *, allow_zero: bool = False) -> int:
     """Parse ``"<n><unit>"`` (unit one of ``s m h d``) into milliseconds.
 
     >>> parse_duration("90m")
     5400000
     >>> parse_duration("7d") == 7 * DAY_MS
     True
+    >>> parse_duration("0", allow_zero=True), parse_duration("0s", allow_zero=True)
+    (0, 0)
 
     Raises:
-        ValueError: when ``text`` is not of that form or is zero.
+        ValueError: when ``text`` is not of that form, or is zero without ``allow_zero``
+            (zero needs no unit then).
 
     """
+    if allow_zero and isinstance(text, str) and _ZERO.match(text):
+        return 0
     match = _DURATION.match(text) if isinstance(text, str) else None
     if match is None:
         raise ValueError(

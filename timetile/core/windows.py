@@ -21,6 +21,8 @@ from timetile.core.timeutil import floor_to
 
 #: The start used for lifetime windows: before any representable event time.
 MIN_TIME = np.iinfo(np.int64).min
+#: The last representable event time (int64 milliseconds).
+MAX_TIME = np.iinfo(np.int64).max
 
 
 class WindowKind(Enum):

@@ -45,7 +45,7 @@ from pyspark.sql import types as T
 
 from timetile.api.windows import Window, window_spec
 from timetile.core.timeutil import UNIT_MS, format_duration, ms_to_iso
-from timetile.core.windows import window_reach
+from timetile.core.windows import MAX_TIME, MIN_TIME, window_reach
 from timetile.spark.sources import TIME
 
 if TYPE_CHECKING:
@@ -71,9 +71,6 @@ MAX_EXTRA_COPIES = 128
 #: fullest bounds the rows of any one key. Even data of N rows fills each with about
 #: N / 4,096, so at the default limit the bound rules out hot keys up to some 8 billion rows.
 KEY_BUCKETS = 4096
-
-#: The last int64 millisecond: chunk arithmetic saturates there instead of wrapping.
-_INT64_MAX = 2**63 - 1
 
 #: Bytes a row is guessed to take in Spark's size estimate of a part's events and left rows,
 #: by :func:`worth_tallying`: Parquet of a key, a time and a value takes about 16 (the
@@ -267,14 +264,14 @@ def chunk_load(events: np.ndarray, queries: np.ndarray, reach: int, length: int)
     A chunk holds its queries, and its events with those of the reach before it; ``events``
     and ``queries`` are sorted times (int64). O((n + chunks) log n).
     """
-    seen_until = np.minimum(events, _INT64_MAX - reach) + reach  # saturated, as in Spark
+    seen_until = np.minimum(events, MAX_TIME - reach) + reach  # saturated, as in Spark
     chunks = np.unique(np.concatenate([queries // length, events // length,
                                        seen_until // length]))
     with np.errstate(over="ignore"):  # the first chunk may start before int64's first time
-        starts = np.where(chunks == (-_INT64_MAX - 1) // length, -_INT64_MAX - 1,
+        starts = np.where(chunks == MIN_TIME // length, MIN_TIME,
                           chunks * length)
-    ends = np.minimum(starts, _INT64_MAX - length) + length
-    reached = np.maximum(starts, -_INT64_MAX - 1 + reach) - reach
+    ends = np.minimum(starts, MAX_TIME - length) + length
+    reached = np.maximum(starts, MIN_TIME + reach) - reach
     held = (np.searchsorted(events, ends) - np.searchsorted(events, reached)
             + np.searchsorted(queries, ends) - np.searchsorted(queries, starts))
     return int(held.max()) if len(held) else 0
@@ -324,7 +321,7 @@ def chunk_length(event_times: Sequence[int] | np.ndarray, query_times: Sequence[
         return -(-low // units[0]) * units[0] if units else low
     times = np.concatenate([events, queries])
     span = int(times.max()) - int(times.min()) + 1 if rows else 1  # Python ints: no wrap
-    high = max(min(span, _INT64_MAX), low)
+    high = max(min(span, MAX_TIME), low)
     if chunk_load(events, queries, reach, high) <= budget:
         low = high
     while high - low > max(low // 100, 1):  # to 1%: the sample is no finer
@@ -423,7 +420,7 @@ def with_chunks(rows: DataFrame, keys: Sequence[str], split: KeySplit, is_event:
     else:
         keyed = _joined_lengths(rows, keys, split)
     own = _chunk_of(f"`{TIME}`")
-    seen_until = f"(least(`{TIME}`, {_INT64_MAX - split.reach}) + {split.reach})"  # saturated
+    seen_until = f"(least(`{TIME}`, {MAX_TIME - split.reach}) + {split.reach})"  # saturated
     chunks = F.when(F.col(_CHUNK_LENGTH).isNull(), F.array(F.lit(0).cast("long"))).when(
         is_event, F.sequence(own, _chunk_of(seen_until))
     ).otherwise(F.array(own))

@@ -45,7 +45,7 @@ from timetile.core.batch_record import (
     build_record,
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms, format_duration, ms_to_iso
-from timetile.core.windows import WindowKind
+from timetile.core.windows import MAX_TIME, WindowKind
 from timetile.online.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
 from timetile.online.layout import (
     META_TABLE,
@@ -334,7 +334,7 @@ def _reset_stream(store_uri: str, name: str) -> None:
     """
     with open_store(store_uri) as store:
         store.multi_put(STREAM_TABLE, [(name.encode(), STREAM_RESET)])
-        dropped = store.expire_tiles(tile_table(name), 2**63 - 1)
+        dropped = store.expire_tiles(tile_table(name), MAX_TIME)
     log.warning("%s: the definition changed since the last upload: dropped its %s streamed "
                 "tile entries and reset its stream; restart the stream from a new checkpoint",
                 name, f"{dropped:,}")

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from timetile.api.errors import DefinitionError
+from timetile.api.schema import not_a_time
 from timetile.api.sources import EntitySource, EventSource, is_path
 
 #: The normalized event-time column every loaded source carries.
@@ -134,11 +135,7 @@ def check_time_column(spark: SparkSession, frame: DataFrame, column: str | None,
             f"if it holds milliseconds, {{{column!r}: 'timestamp_seconds({column})'}} if "
             "seconds")
     if not isinstance(data_type, _TIME_TYPES):
-        raise DefinitionError.single(
-            "source", field, f"{column!r} is {kind}, not a time",
-            "use epoch milliseconds (bigint), a timestamp or an ISO-8601 string"
-            + (f"; for the day's start, select {{{column!r}: 'CAST({column} AS TIMESTAMP)'}}"
-               if isinstance(data_type, T.DateType) else ""))
+        raise DefinitionError("source", [not_a_time(field, column, kind)])
     zone = spark.conf.get("spark.sql.session.timeZone") or ""
     if isinstance(data_type, (T.StringType, T.TimestampNTZType)) and zone not in UTC_ZONES:
         raise DefinitionError.single(

@@ -35,7 +35,6 @@ store), never dropped silently:
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -298,9 +297,7 @@ def lateness_ms(lateness: str | int) -> int:
         if lateness < 0:
             raise ValueError(f"lateness {lateness} ms is negative: use 0 or more")
         return lateness
-    if isinstance(lateness, str) and re.fullmatch(r"\s*0+\s*[smhd]?\s*", lateness):
-        return 0
-    return parse_duration(lateness)
+    return parse_duration(lateness, allow_zero=True)
 
 
 def _schema(spark: SparkSession, group_by: GroupBy,
