@@ -142,3 +142,23 @@ def test_a_dotted_column_is_refused_with_a_select_that_works(spark: Any) -> None
     row = tt.backfill(tt.Join("m", tt.EventSource(queries), [group_by]), spark).first()
     assert row is not None
     assert row["g_a_b_sum"] == 1.0
+
+
+def test_entity_times_that_look_like_seconds_are_reported(spark: Any) -> None:
+    """Mutation times and row times are integers too: each gets the same warning."""
+    day = 1_704_067_200  # 2024-01-01 in seconds
+    snapshots = spark.createDataFrame([(1, 5.0, day - 60, "2023-12-31")],
+                                      "user_id long, balance double, since long, ds string")
+    mutations = spark.createDataFrame(
+        [(1, 5.0, day - 60, day + 30, True), (1, 7.0, day + 30, day + 30, False)],
+        "user_id long, balance double, since long, mutation_ts long, is_before boolean")
+    queries = spark.createDataFrame([(1, (day + 3_600) * 1000)], "user_id long, ts long")
+    source = tt.EntitySource(snapshots, mutation_table=mutations, time_column="since")
+    group_by = tt.GroupBy("users", source, ["user_id"], [tt.Aggregation("balance", "last")])
+    job = tt.BackfillJob(tt.Join("m", tt.EventSource(queries), [group_by]), spark)
+    latest = {source.role: source.latest_integer_time for source in job.report.sources}
+    assert latest == {"left": (day + 3_600) * 1000, "users": day - 60,
+                      "users mutations": day + 30}
+    seconds = sorted(note.split(":")[0] for note in job.report.notes
+                     if "timestamp_seconds" in note)
+    assert seconds == ["users (a DataFrame)", "users mutations (a DataFrame)"]

@@ -343,13 +343,14 @@ def _counted(group_by: GroupBy, frame: DataFrame | EntityTables) -> list[Counted
         return [CountedSource(name, label, frame, keys, F.col(TIME).isNotNull(),
                               integer_time=_integer_time(frame, group_by.time_column))]
     counted = [CountedSource(name, label, frame.snapshots, keys, F.col(DAY).isNotNull(),
-                             "partition")]
+                             "partition", _integer_time(frame.snapshots, group_by.time_column))]
     if frame.mutations is not None:
         counted.append(CountedSource(
             f"{name} mutations", describe_table(frame.source.mutation_table), frame.mutations,
             keys,
             F.col(MUTATION_TIME).isNotNull() & F.col(IS_BEFORE).isNotNull(),
-            "mutation time or is_before"))
+            "mutation time or is_before",
+            F.col(MUTATION_TIME) if frame.integer_mutation_times else None))
     return counted
 
 

@@ -55,6 +55,8 @@ class EntityTables:
         mutations: the mutation rows, or None when the source has no mutation table.
         partitions: the partitions of the snapshot table as :data:`DAY`, before ``where``:
             a day whose rows ``where`` removes is empty, not missing.
+        integer_mutation_times: whether the mutation table gives its times as integers
+            (epoch milliseconds, or seconds by mistake).
 
     """
 
@@ -63,6 +65,7 @@ class EntityTables:
     snapshots: DataFrame
     mutations: DataFrame | None
     partitions: DataFrame
+    integer_mutation_times: bool = False
 
 
 def partition_day(column: str, data_type: T.DataType) -> Column:
@@ -104,11 +107,13 @@ def load_entity(spark: SparkSession, source: EntitySource, field: str) -> Entity
     check_time_column(spark, snapshots, source.time_column, f"{field}.time_column")
     row_columns = tuple(c for c in snapshots.columns if c not in (DAY, partition))
     snapshots = snapshots.withColumn(TIME, _row_time(snapshots, source))
-    mutations = None
-    if source.mutation_table is not None:
-        mutations = mutation_rows(read_table(spark, source.mutation_table), source, field,
-                                  row_columns)
-    return EntityTables(source, row_columns, snapshots, mutations, partitions)
+    if source.mutation_table is None:
+        return EntityTables(source, row_columns, snapshots, None, partitions)
+    raw_mutations = read_table(spark, source.mutation_table)
+    mutations = mutation_rows(raw_mutations, source, field, row_columns)
+    integers = isinstance(raw_mutations.schema[source.mutation_time_column].dataType,
+                          T.LongType)
+    return EntityTables(source, row_columns, snapshots, mutations, partitions, integers)
 
 
 def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
