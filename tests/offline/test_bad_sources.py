@@ -62,6 +62,24 @@ def test_string_times_need_a_utc_session(spark: Any) -> None:
     assert row["g_amount_sum_1d"] == 1.0
 
 
+def test_times_without_a_zone_read_as_utc(spark: Any) -> None:
+    """With ``timestampType`` TIMESTAMP_NTZ, strings and ``timestamp_ntz`` columns are UTC."""
+    events = spark.createDataFrame([(1, "2024-01-01 10:00:00", 1.0), (1, "2024-01-01 12:00:00",
+                                                                       2.0)],
+                                   "user_id long, ts string, amount double")
+    queries = spark.createDataFrame([(1, "2024-01-01 11:00:00"), (1, "2024-01-01 13:00:00")],
+                                    "user_id long, ts string")
+    spark.conf.set("spark.sql.timestampType", "TIMESTAMP_NTZ")
+    try:
+        for frame in (events, events.withColumn("ts", events.ts.cast("timestamp_ntz"))):
+            group_by = tt.GroupBy("g", tt.EventSource(frame), ["user_id"],
+                                  [tt.Aggregation("amount", "sum", windows=["1h"])])
+            rows = tt.backfill(tt.Join("m", tt.EventSource(queries), [group_by]), spark)
+            assert sorted(row["g_amount_sum_1h"] for row in rows.collect()) == [1.0, 2.0]
+    finally:
+        spark.conf.unset("spark.sql.timestampType")
+
+
 def test_every_source_is_counted_apart(spark: Any) -> None:
     """One job counts all sources: each row of the report must still be its own source's."""
     left = spark.createDataFrame([(1, 10), (2, None), (None, 30)], "user_id long, ts long")
