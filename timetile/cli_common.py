@@ -11,7 +11,6 @@ import os
 import re
 import runpy
 import sys
-import tempfile
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from timetile.api.join import Join
 from timetile.offline.report import BadInputError
 from timetile.online.store import StoreUnavailable
 from timetile.progress import JobProgress
+from timetile.spark.locations import write_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,19 +111,12 @@ def parse_day(option: str, value: str) -> date:
 def check_writable(option: str, location: str) -> None:
     """Raise a :class:`CliError` naming ``option`` if a local ``location`` cannot be written.
 
-    Checked before any job, by making and removing an empty folder in the nearest existing
-    folder on its path: else the job would fail only when it writes, after all its work.
+    Checked before any job (see :func:`~timetile.spark.locations.write_problem`): else the
+    job would fail only when it writes, after all its work.
     """
-    path = Path(location.removeprefix("file:")).absolute()
-    folder = next(parent for parent in (path, *path.parents) if parent.exists())
-    if not folder.is_dir():
-        raise CliError(f"{option} {location}: {folder} is a file, not a folder. Fix: give a "
-                       "folder path.")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".timetile-probe-", dir=folder))
-    except OSError as error:
-        raise CliError(f"{option} {location} cannot be written: {error.strerror} in {folder}. "
-                       "Fix: write somewhere you may, or fix the folder's permissions.") from None
+    problem = write_problem(location)
+    if problem is not None:
+        raise CliError(f"{option} {location}: {problem}")
 
 
 def load_joins(path: Path) -> dict[str, Join]:

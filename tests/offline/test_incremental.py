@@ -114,3 +114,77 @@ def test_partials_of_an_older_state_form_are_never_read(spark: Any,
     assert signature("variance") != current
     assert signature("sum") == repr((DAY_MS // 24, [("amount", "sum", None, None, "float",
                                                       None)]))
+
+
+def test_a_day_that_may_still_be_landing_is_never_stored(spark: Any, tmp_path: Path) -> None:
+    """A run stores only the days it knows are whole: up to its end, else before the latest
+    event's day. An entity left row of day D asks at D's end and needs no event of D + 1,
+    which may be half landed when D is backfilled."""
+    day = date_to_ms("2024-01-01")
+    every_2h = spark.createDataFrame([(1, day + hour * 7_200_000, 1.0) for hour in range(36)],
+                                     "user_id long, ts long, amount double")
+    aggregations = [tt.Aggregation("amount", "sum", windows=["2d"])]
+
+    def landed(until_ms: int) -> tt.GroupBy:
+        return tt.GroupBy("spend", tt.EventSource(every_2h.where(every_2h.ts < until_ms)),
+                          ["user_id"], aggregations)
+
+    snapshots = tt.EntitySource(spark.createDataFrame([("2024-01-01", 1), ("2024-01-02", 1)],
+                                                      "ds string, user_id long"))
+    queries = tt.EventSource(spark.createDataFrame(
+        [(1, day + 43_200_000), (1, day + DAY_MS + 82_800_000)], "user_id long, ts long"))
+    store = str(tmp_path / "partials")
+    for left, first_end, second_end in ((snapshots, "2024-01-01", "2024-01-02"),
+                                        (queries, None, "2024-01-02")):
+        for index, (end, until) in enumerate(((first_end, day + 1.5 * DAY_MS),
+                                              (second_end, day + 2.5 * DAY_MS))):
+            join = tt.Join(f"landing_{index}", left, [landed(int(until))])
+            start = end or "2024-01-01"
+            ours = rows(tt.backfill(join, spark, start=start, end=end,
+                                    partials_path=f"{store}/{first_end}"))
+            assert ours == rows(tt.backfill(join, spark, start=start, end=end,
+                                            executor="reference"))
+    assert rows(tt.backfill(join, spark, start="2024-01-02", end="2024-01-02",
+                            partials_path=f"{store}/None")) == ["(1, 1704236400000, 24.0)"]
+
+
+def test_the_report_of_stored_partials(spark: Any, tmp_path: Path) -> None:
+    """What ran, what was stored, the largest (key, hop) group, and the DataFrame caveat."""
+    day = date_to_ms("2024-01-01")
+    events = spark.createDataFrame([(2, day + 3_600_000 + i, 1.0) for i in range(50)]
+                                   + [(1, day + DAY_MS + 60_000, 1.0)],
+                                   "user_id long, ts long, amount double")
+    queries = spark.createDataFrame([(1, day + 2 * DAY_MS)], "user_id long, ts long")
+    group_by = tt.GroupBy("big", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["2d"])])
+    job = tt.BackfillJob(tt.Join("report", tt.EventSource(queries), [group_by]), spark,
+                         partials_path=str(tmp_path / "partials"))
+    job.dataframe().collect()
+    lines = job.report.lines()
+    assert any("largest (key, hop) group of big: 50 events at key (2,)" in line
+               for line in lines)
+    (stored,) = [note for note in job.report.notes if "hop partials" in note]
+    assert "0 days reused, 1 computed and stored" in stored
+    assert stored.endswith("; 1 days computed but not stored, as they may still be landing "
+                           "(from 2024-01-02)")
+    assert any(note.startswith("big reads a DataFrame, so its stored partials are known by "
+                               "the GroupBy's name and definition alone")
+               for note in job.report.notes)
+
+
+@pytest.mark.parametrize(("location", "match"), [
+    ("", r"partials_path is '': give a folder path or URI"),
+    (5, r"partials_path is 5: give a folder path or URI"),
+    ("FILE/partials", r"partials_path .*FILE/partials: .*FILE is a file, not a folder"),
+])
+def test_a_partials_path_that_cannot_work_is_refused(spark: Any, tmp_path: Path,
+                                                     location: object, match: str) -> None:
+    (tmp_path / "FILE").write_text("")
+    if isinstance(location, str) and location:
+        location = str(tmp_path / location)
+    events = spark.createDataFrame([(1, 10, 1.0)], "user_id long, ts long, amount double")
+    group_by = tt.GroupBy("spend", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["1d"])])
+    join = tt.Join("bad", tt.EventSource(events.drop("amount")), [group_by])
+    with pytest.raises(ValueError, match=match):
+        tt.BackfillJob(join, spark, partials_path=location)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ compute features per distinct (keys, time) query, which are joined back to the l
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -47,6 +48,7 @@ from timetile.offline.source_counts import count_sources
 from timetile.offline.sweep_executor import sweep_features, sweepable, sweeps
 from timetile.offline.tiled_executor import tiled_features
 from timetile.spark.entities import DAY
+from timetile.spark.locations import write_problem
 from timetile.spark.sources import TIME
 
 log = logging.getLogger(__name__)
@@ -110,12 +112,14 @@ class BackfillJob:
         *,
         strict: bool = False,
         executor: str = DEFAULT_EXECUTOR,
-        partials_path: str | None = None,
+        partials_path: str | os.PathLike[str] | None = None,
         max_key_events: int = DEFAULT_MAX_KEY_EVENTS,
     ) -> None:
         if isinstance(max_key_events, bool) or not isinstance(max_key_events, int) \
                 or max_key_events < 1:
             raise ValueError(f"max_key_events is {max_key_events!r}: give a positive int")
+        if partials_path is not None:
+            partials_path = _partials_location(partials_path)
         if partials_path is not None and executor == AUTO:
             executor = "tiled"
         if partials_path is not None and executor != "tiled":
@@ -137,6 +141,7 @@ class BackfillJob:
             check_plan(self.plan)  # derivations, against the real schemas
         if self.plan.entity_left and self.range_ms is not None:  # a left row is its day's end
             self.range_ms = (_shifted(self.range_ms[0]), _shifted(self.range_ms[1]))
+        self.options = replace(self.options, landed_before=self._events_before())
         with self.report.stage("count input"):
             self.report.sources.extend(count_sources(self.plan, self._bounded_keys()))
         self._check_input(strict)
@@ -291,11 +296,22 @@ class BackfillJob:
                 return self._swept(part, rows, options, carry_untimed=carry_untimed)
         return self._joined(EXECUTORS[path](part, part.queries(left), options), part, rows, tag)
 
+    def _events_before(self) -> int | None:
+        """Return the time before which lie the events that the kept left rows can see.
+
+        The range's end, or for an entity left side the end of its last day, where its last
+        rows ask (they see the events before it). None without an end.
+        """
+        if self.range_ms is None or self.range_ms[1] is None:
+            return None
+        return self.range_ms[1] - DAY_MS if self.plan.entity_left else self.range_ms[1]
+
     def _ranged(self, part: PartPlan) -> PartPlan:
         """Return the part without the events after the range: they count for no left row."""
-        if self.range_ms is None or self.range_ms[1] is None:
+        before = self._events_before()
+        if before is None:
             return part
-        return replace(part, events=part.events.where(F.col(TIME) < self.range_ms[1]))
+        return replace(part, events=part.events.where(F.col(TIME) < before))
 
     def _choose_executors(self) -> list[str]:
         """Pick each part's executor (``entity`` for entity parts).
@@ -483,6 +499,19 @@ def _day_ms(name: str, day: str) -> int:
                          "2024-01-31") from None
 
 
+def _partials_location(location: object) -> str:
+    """Return ``partials_path`` as a string, or raise naming it when it cannot be written."""
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location.strip():
+        raise ValueError(f"partials_path is {location!r}: give a folder path or URI "
+                         "(str), e.g. 's3://bucket/partials' or '/data/partials'")
+    problem = write_problem(location)
+    if problem is not None:
+        raise ValueError(f"partials_path {location}: {problem}")
+    return location
+
+
 def _time_range(start: str | None, end: str | None) -> TimeRange | None:
     """Return the range of ``start`` and ``end`` (days, inclusive), or None for all rows.
 
@@ -506,7 +535,7 @@ def backfill(
     *,
     strict: bool = False,
     executor: str = DEFAULT_EXECUTOR,
-    partials_path: str | None = None,
+    partials_path: str | os.PathLike[str] | None = None,
     max_key_events: int = DEFAULT_MAX_KEY_EVENTS,
 ) -> DataFrame:
     """Point-in-time-correct features for every left row of ``join``: a Spark DataFrame.

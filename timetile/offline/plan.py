@@ -54,6 +54,9 @@ class ExecutorOptions:
         gauges: figures the executor reports once Spark has run (see ``JobReport.gauges``).
         key_split: the part's hot keys, which the sweep cuts into chunks of time (see
             :mod:`timetile.offline.hot_keys`); None splits no key.
+        landed_before: the time before which every event has landed (a backfill's end): the
+            tiled executor stores the partials of the days that end by it, and only computes
+            the others. None: the start of the latest event's day, which may still be landing.
 
     """
 
@@ -61,6 +64,7 @@ class ExecutorOptions:
     notes: list[str] = field(default_factory=list)
     gauges: dict[str, Callable[[], str | None]] = field(default_factory=dict)
     key_split: KeySplit | None = None
+    landed_before: int | None = None
 
 
 def query_bounds(window: Window | None, query_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

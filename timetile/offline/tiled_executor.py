@@ -24,6 +24,7 @@ reference executor and the online fetcher.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,8 @@ from timetile.offline.reference_executor import build_aggregator, feature_values
 from timetile.offline.result_types import arrow_schema, arrow_value
 from timetile.spark.sorted_groups import Rows, map_groups, sorted_by_groups
 from timetile.spark.sources import TIME
+
+log = logging.getLogger(__name__)
 
 HOP = "_tt_hop"
 BOUND = "_tt_bound"
@@ -349,36 +352,71 @@ def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None
 def _source_signature(plan: PartPlan) -> str:
     """Describe what stored partials depend on in the source: table, time, select, where, keys.
 
-    A DataFrame source has no stable identity, so only its selection and filters count.
+    A DataFrame source has no stable identity, so only its selection and filters count:
+    :func:`_stored_partials` says so in the report.
     """
     group_by = plan.part.group_by
-    source = group_by.source
-    table = source.label if isinstance(getattr(source, "table", None), str) else "DataFrame"
+    table = _table_label(plan)
     key_types = [plan.events.schema[key].dataType.simpleString() for key in plan.keys]
-    return repr((table, source.time_column, source.projection, source.filters,
-                 group_by.keys, key_types))
+    return repr((table or "DataFrame", group_by.source.time_column, group_by.source.projection,
+                 group_by.source.filters, group_by.keys, key_types))
+
+
+def _table_label(plan: PartPlan) -> str | None:
+    """Return the source's table name or path, or None for a DataFrame."""
+    source = plan.part.group_by.source
+    return source.label if isinstance(getattr(source, "table", None), str) else None
 
 
 def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
-                     options: ExecutorOptions) -> DataFrame:
-    """Hop partials from the store, computing and storing only the days it lacks."""
+                     options: ExecutorOptions, largest: Accumulator[tuple[int, str]]
+                     ) -> DataFrame:
+    """Hop partials from the store, computing only the days it lacks.
+
+    One small job finds the days of the events. Of those the store lacks, the days that end
+    by ``options.landed_before`` (without it: the days before the latest event's) are stored;
+    a later day may still be landing, so its partials serve this run only.
+    """
     if DAY_MS % layout.hop_ms:
         raise ValueError(f"stored partials need a hop that divides a day, and the windows of "
                          f"{plan.part.group_by.name} give {layout.hop_ms} ms")
     assert options.partials_path is not None
-    store = PartialStore.at(options.partials_path, plan.part.group_by.name,
+    name = plan.part.group_by.name
+    store = PartialStore.at(options.partials_path, name,
                             layout.signature + _source_signature(plan))
     spark = events.sparkSession
     stored = store.stored_days(spark)
     days = {row[0] for row in events.select(epoch_day(F.col(TIME))).distinct().collect()}
     missing = sorted(days - stored)
-    if missing:
-        fresh = _hop_pass(layout, events.where(epoch_day(F.col(TIME)).isin(missing)), None)
-        store.write(fresh.select(*layout.keys, HOP, *layout.state_columns,
-                                 epoch_day(F.col(HOP)).alias(EPOCH_DAY)))
-    options.notes.append(f"{plan.part.group_by.name}: hop partials of {len(days) - len(missing)}"
-                         f" days reused, {len(missing)} computed, in {store.location}")
-    return store.read(spark).select(*layout.keys, HOP, *layout.state_columns)
+    if options.landed_before is not None:
+        landed = [day for day in missing if (day + 1) * DAY_MS <= options.landed_before]
+    else:  # the latest event's day may still be landing
+        landed = [day for day in missing if day < max(days)]
+    unlanded = [day for day in missing if day not in landed]
+    columns = [*layout.keys, HOP, *layout.state_columns]
+
+    def computed(of_days: list[int]) -> DataFrame:
+        chosen = events.where(epoch_day(F.col(TIME)).isin(of_days))
+        return _hop_pass(layout, chosen, None, largest).select(*columns)
+
+    if landed:
+        store.write(computed(landed).withColumn(EPOCH_DAY, epoch_day(F.col(HOP))))
+    options.notes.append(
+        f"{name}: hop partials of {len(days) - len(missing)} days reused, {len(landed)} "
+        f"computed and stored, in {store.location}"
+        + (f"; {len(unlanded)} days computed but not stored, as they may still be landing "
+           f"(from {ms_to_iso(unlanded[0] * DAY_MS)[:10]})" if unlanded else ""))
+    if _table_label(plan) is None:
+        message = (f"{name} reads a DataFrame, so its stored partials are known by the "
+                   "GroupBy's name and definition alone: another GroupBy of that name over "
+                   "other data must store its partials under another partials_path")
+        if message not in options.notes:
+            log.warning("%s", message)
+            options.notes.append(message)
+    if not stored and not landed:  # an empty store: every partial is computed here
+        return computed(unlanded)
+    partials = store.read(spark).select(*columns)
+    return partials.unionByName(computed(unlanded)) if unlanded else partials
 
 
 def tiled_features(plan: PartPlan, queries: DataFrame,
@@ -416,7 +454,7 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
         partials = stage1.where(F.col(SIDE) == PARTIAL).select(
             *keys, HOP, *layout.state_columns)
     else:
-        partials = _stored_partials(layout, plan, events, options)
+        partials = _stored_partials(layout, plan, events, options, largest)
         requested = events.join(scans.select(*keys, HOP).distinct(), on=[*keys, HOP],
                                 how="left_semi")
         stage1 = _hop_pass(layout, requested, scans, largest)

@@ -1,0 +1,36 @@
+"""Locations Spark writes to, checked before the job that writes them.
+
+A job that cannot write learns it only at the end, after all its work, from a Java stack
+trace: a local location is probed first instead.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def is_local(location: str) -> bool:
+    """Whether ``location`` is a path on this machine: no URI scheme, or ``file:``."""
+    return "://" not in location or location.startswith("file:")
+
+
+def write_problem(location: str) -> str | None:
+    """Return why a local ``location`` cannot be written, with the fix, or None if it can.
+
+    Probed by making and removing an empty folder in the nearest existing folder on its
+    path. A location with another scheme (``s3://``, ``hdfs://``) is not probed: None.
+    """
+    if not is_local(location):
+        return None
+    path = Path(location.removeprefix("file://").removeprefix("file:")).absolute()
+    folder = next(parent for parent in (path, *path.parents) if parent.exists())
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder. Fix: give a folder path."
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".timetile-probe-", dir=folder))
+    except OSError as error:
+        return (f"cannot be written: {error.strerror} in {folder}. Fix: write somewhere you "
+                "may, or fix the folder's permissions.")
+    return None
