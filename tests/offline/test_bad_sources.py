@@ -162,6 +162,24 @@ def test_a_dotted_column_is_refused_with_a_select_that_works(spark: Any) -> None
     assert row["g_a_b_sum"] == 1.0
 
 
+def test_a_dotted_lookup_column_is_refused(spark: Any) -> None:
+    """A select of ```a.b``` names the looked-up column with its backticks: renamed, it works."""
+    snapshots = spark.createDataFrame([("2024-01-01", 1, 5.0)],
+                                      "ds string, user_id long, `a.b` double")
+    queries = spark.createDataFrame([(1, 1_704_153_600_000)], "user_id long, ts long")
+    for select, match in ((["user_id", "`a.b`"], r"parts\[0\]\.source\.select: '`a\.b`' holds "
+                           r"a dot or a backtick"),
+                          ({"user_id": "user_id", "a_b": "`a.b`"}, None)):
+        lookup = tt.GroupBy("now", tt.EntitySource(snapshots, select=select), ["user_id"],
+                            accuracy=tt.Accuracy.SNAPSHOT)
+        join = tt.Join("m", tt.EventSource(queries), [lookup])
+        if match is not None:
+            with pytest.raises(tt.DefinitionError, match=match):
+                tt.backfill(join, spark)
+        else:
+            assert tt.backfill(join, spark).first()["now_a_b"] == 5.0  # type: ignore[index]
+
+
 def test_entity_times_that_look_like_seconds_are_reported(spark: Any) -> None:
     """Mutation times and row times are integers too: each gets the same warning."""
     day = 1_704_067_200  # 2024-01-01 in seconds

@@ -108,7 +108,7 @@ def test_without_star_only_the_derived_follow_the_left_columns(
 def test_the_oracle_applies_derivations_too(
     spark: Any, frames: tuple[Any, Any], expected: list[Any]
 ) -> None:
-    join = join_of(frames, {"label_twice": "label * 2", "*": "*",
+    join = join_of(frames, {"label_twice": "label * 2 AS twice", "*": "*",
                             "amount_per_item": DERIVATIONS["amount_per_item"]})
     oracle = naive_backfill(join, spark)
     assert oracle.columns == [*LEFT, *join.output_columns(), "label_twice", "amount_per_item"]
@@ -178,6 +178,12 @@ def error_of(spark: Any, frames: tuple[Any, Any], derivations: dict[str, str]) -
          r"row: it is a window function\. Fix"),
         ("explode(array(label, ts))", r"is not one value per row: it generates rows\. Fix"),
         ("NULL", r"'NULL' has no type\. Fix: cast it, e\.g\. 'CAST\(NULL AS DOUBLE\)'"),
+        ("(SELECT max(v) FROM VALUES (1) AS t(v))", r"holds a subquery, which reads rows other "
+         r"than its own \(and may read past the row's time\)\. Fix: compute from the row's own "
+         r"columns; join what else it needs to the left rows before the backfill"),
+        ("label + 1 > 0 OR EXISTS (SELECT 1 FROM VALUES (2) AS t(v) WHERE v > ts)",
+         r"holds a subquery"),
+        ("label IN (SELECT v FROM VALUES (1) AS t(v))", r"holds a subquery"),
     ],
 )
 def test_a_bad_expression_fails_before_any_job(

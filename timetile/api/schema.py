@@ -73,6 +73,7 @@ def group_by_problems(group_by: GroupBy, schema: Schema, field: str = "") -> lis
     """Problems of one GroupBy against its source's schema."""
     label = group_by.source.label
     problems = _dotted_problems(f"{field}keys", group_by.keys)
+    problems += _dotted_problems(f"{field}source.select", group_by.lookup_columns)
     problems += _dotted_problems(f"{field}source.time_column", [group_by.time_column])
     for index, aggregation in enumerate(group_by.aggregations or ()):
         problems += _dotted_problems(f"{field}aggregations[{index}].column", [aggregation.column])

@@ -49,7 +49,7 @@ from timetile.offline.sweep_executor import sweep_features, sweepable, sweeps
 from timetile.offline.tiled_executor import tiled_features
 from timetile.spark.entities import DAY
 from timetile.spark.locations import write_problem
-from timetile.spark.sources import TIME
+from timetile.spark.sources import TIME, quote
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,8 @@ class BackfillJob:
                                              carry_untimed=carry_untimed)
                 tag += len(piece.features)
             feature_columns.extend(feature.name for feature in part.features)
-        output = result.select(*self.plan.left_columns, *feature_columns)
+        output = result.select(*[F.col(quote(column)) for column in
+                                 (*self.plan.left_columns, *feature_columns)])
         return apply_derivations(self.join, output)
 
     def _with_features(self, part: PartPlan, path: str, rows: DataFrame, left: DataFrame,

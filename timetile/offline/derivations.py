@@ -4,8 +4,8 @@ The output of a backfill is the left columns, unchanged and first (DESIGN §2, c
 then :meth:`Join.final_columns`: every feature column when there are no derivations or
 ``"*"`` keeps them, then the derived columns in the given order. Each expression is Spark
 SQL over the left columns and every feature column, kept or not, and gives one value per
-row: aggregates, window functions and generators (``explode``) are refused, since they
-would make a row depend on other rows or change the number of rows.
+row: aggregates, window functions, generators (``explode``) and subqueries are refused,
+since they would make a row depend on other rows or change the number of rows.
 
 :func:`check_derivations` analyzes every expression against the real schemas (no Spark job
 runs) and raises :class:`DefinitionError` before any job starts; :func:`apply_derivations`
@@ -15,12 +15,12 @@ computes them.
 from __future__ import annotations
 
 import difflib
-import logging
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from pyspark.errors import AnalysisException
+from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -30,6 +30,7 @@ from timetile.api.join import Join
 from timetile.offline.entity_executor import entity_output_fields
 from timetile.offline.plan import AnyPartPlan, BackfillPlan, EntityPartPlan
 from timetile.offline.reference_executor import feature_fields
+from timetile.spark.sources import quote
 
 #: PySpark logs every analysis error with its query context before raising it; the checks
 #: below expect errors and report them as definition problems, so they silence these.
@@ -45,15 +46,6 @@ _NOT_PER_ROW = {
     "UNSUPPORTED_GENERATOR": "it generates rows",
 }
 _CLOSE_NAMES = 3
-
-
-def quote(column: str) -> str:
-    """Return a column name as a Spark SQL identifier, backquoted.
-
-    >>> quote("a.b"), quote("x`y")
-    ('`a.b`', '`x``y`')
-    """
-    return "`" + column.replace("`", "``") + "`"
 
 
 def apply_derivations(join: Join, frame: DataFrame) -> DataFrame:
@@ -164,10 +156,37 @@ def _expression_problem(frame: DataFrame, field: str, expression: str) -> Proble
         return Problem(field, f"{expression!r} is not one value per row: {why}",
                        "compute from the row's own columns: no aggregates (sum, count), "
                        "window functions (OVER) or generators (explode)")
+    if _holds_subquery(analyzed):
+        return Problem(field, f"{expression!r} holds a subquery, which reads rows other than "
+                       "its own (and may read past the row's time)",
+                       "compute from the row's own columns; join what else it needs to the "
+                       "left rows before the backfill")
     if isinstance(data_type, T.NullType):
         return Problem(field, f"{expression!r} has no type", "cast it, e.g. "
                        "'CAST(NULL AS DOUBLE)'")
     return None
+
+
+def _holds_subquery(frame: DataFrame) -> bool:
+    """Whether the analyzed expressions of ``frame``'s last step hold a subquery.
+
+    A walk of the Catalyst expression tree through py4j (a node per call; an expression has
+    few): a WHERE clause takes scalar, ``EXISTS`` and ``IN`` subqueries, so that check
+    cannot see them.
+    """
+    jvm = frame.sparkSession.sparkContext._jvm
+    assert jvm is not None
+    subquery = jvm.java.lang.Class.forName(
+        "org.apache.spark.sql.catalyst.expressions.SubqueryExpression")
+    expressions = frame._jdf.queryExecution().analyzed().expressions()
+    stack = [expressions.apply(i) for i in range(expressions.size())]
+    while stack:
+        node = stack.pop()
+        if subquery.isInstance(node):
+            return True
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return False
 
 
 def _reason(error: AnalysisException) -> str:
@@ -198,7 +217,9 @@ def _close_columns(name: str, columns: Sequence[str]) -> str:
 @contextmanager
 def _quiet_spark_errors() -> Iterator[None]:
     """Keep PySpark from logging the analysis errors a check expects and reports itself."""
-    loggers = [logging.getLogger(name) for name in _SPARK_ERROR_LOGGERS]
+    # PySpark's own class: a plain logger made first under these names would stay, and
+    # PySpark's later calls (with its extra arguments) would fail on every error.
+    loggers = [PySparkLogger.getLogger(name) for name in _SPARK_ERROR_LOGGERS]
     before = [logger.disabled for logger in loggers]
     for logger in loggers:
         logger.disabled = True

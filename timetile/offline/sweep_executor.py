@@ -47,7 +47,7 @@ from timetile.offline.sweep_columns import (
     group_offsets,
 )
 from timetile.spark.sorted_groups import group_starts, sorted_by_groups, whole_groups
-from timetile.spark.sources import TIME
+from timetile.spark.sources import TIME, quote
 
 _NUMBERS = frozenset({ValueType.INT, ValueType.FLOAT})
 #: The ops the sweep computes, and the column types each accepts. Each reads only the non-null
@@ -191,20 +191,22 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     events_schema = plan.events.schema
     values = _feature_columns(plan)
     buckets = _bucket_columns(plan)
-    carried = queries.columns
-    riders = [c for c in carried if c not in (*keys, TIME)]
+    riders = [c for c in queries.columns if c not in (*keys, TIME)]
+    # mapInArrow reads a dotted name as a struct's field: the riders travel under plain names.
+    plain = {rider: f"_tt_rider_{index}" for index, rider in enumerate(riders)}
+    carried = [plain.get(column, column) for column in queries.columns]
     # An event without any value adds to no feature (each op reads its column's non-null
     # values), so it stays behind; then a row without values is a query, and the union
     # needs no column to tell them apart.
     events = plan.events.where(_any_present(values)).select(
         *keys, TIME, *[F.col(c).alias(value_column(c)) for c in values],
         *[F.col(c).alias(bucket_column(c)) for c in buckets],
-        *[F.lit(None).cast(queries.schema[c].dataType).alias(c) for c in riders])
+        *[F.lit(None).cast(queries.schema[c].dataType).alias(plain[c]) for c in riders])
     asked = queries.select(
         *keys, TIME,
         *[F.lit(None).cast(events_schema[c].dataType).alias(value_column(c)) for c in values],
         *[F.lit(None).cast(events_schema[c].dataType).alias(bucket_column(c)) for c in buckets],
-        *riders)
+        *[F.col(quote(c)).alias(plain[c]) for c in riders])
     schema = T.StructType([*queries.schema.fields, *feature_fields(plan.features)])
     rows = events.unionByName(asked)
     group_keys = list(keys)

@@ -36,6 +36,17 @@ _COARSE: dict[type[T.DataType], str] = {
 }
 
 
+def quote(column: str) -> str:
+    """Return a column name as a Spark SQL identifier, backquoted.
+
+    ``F.col`` reads a bare ``a.b`` as field ``b`` of a struct ``a``.
+
+    >>> quote("a.b"), quote("x`y")
+    ('`a.b`', '`x``y`')
+    """
+    return "`" + column.replace("`", "``") + "`"
+
+
 def coarse_type(data_type: T.DataType) -> str:
     """Return the engine-free type name of a Spark type (see :mod:`timetile.api.schema`).
 

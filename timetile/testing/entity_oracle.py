@@ -48,10 +48,9 @@ from pyspark.sql import functions as sf
 
 from timetile.api import EntitySource, JoinPart
 from timetile.core.timeutil import DAY_MS, date_to_ms
-from timetile.spark.sources import TIME, read_table, time_millis
+from timetile.spark.sources import TIME, quote, read_table, time_millis
 from timetile.testing.oracle import (
     _queries,
-    _quote,
     _widened,
     aggregate_features,
     value_columns,
@@ -98,7 +97,7 @@ def _project(frame: DataFrame, source: EntitySource, keep: Sequence[str]) -> Dat
     names = [name for name, _ in source.projection]
     return frame.select(*[sf.expr(expression).alias(name) for name, expression in
                           source.projection],
-                        *[sf.col(_quote(column)) for column in keep if column not in names])
+                        *[sf.col(quote(column)) for column in keep if column not in names])
 
 
 def _row_time(frame: DataFrame, source: EntitySource) -> Column:
@@ -106,7 +105,7 @@ def _row_time(frame: DataFrame, source: EntitySource) -> Column:
     column = source.time_column
     if column is None or column not in frame.columns:
         return sf.lit(None).cast("long")
-    return time_millis(_quote(column), frame.schema[column].dataType)
+    return time_millis(quote(column), frame.schema[column].dataType)
 
 
 def load_snapshots(spark: SparkSession, source: EntitySource) -> DataFrame:
@@ -116,7 +115,7 @@ def load_snapshots(spark: SparkSession, source: EntitySource) -> DataFrame:
     """
     partition = source.partition_column
     raw = read_table(spark, source.snapshot_table)
-    raw = raw.withColumn(_DAY, sf.expr(_day_sql(_quote(partition))))
+    raw = raw.withColumn(_DAY, sf.expr(_day_sql(quote(partition))))
     return _project(raw, source, [partition, _DAY])
 
 
@@ -139,12 +138,12 @@ def load_mutations(
     raw = read_table(spark, source.mutation_table)
     column = source.mutation_time_column
     raw = raw.withColumns({
-        _MUTATION_TIME: time_millis(_quote(column), raw.schema[column].dataType),
-        _IS_BEFORE: sf.col(_quote(source.is_before_column)).cast("boolean"),
+        _MUTATION_TIME: time_millis(quote(column), raw.schema[column].dataType),
+        _IS_BEFORE: sf.col(quote(source.is_before_column)).cast("boolean"),
     })
     frame = _project(raw, source, [_MUTATION_TIME, _IS_BEFORE])
     return (frame.where(sf.col(_MUTATION_TIME).isNotNull() & sf.col(_IS_BEFORE).isNotNull())
-            .select(*[sf.col(_quote(c)) for c in image], _MUTATION_TIME, _IS_BEFORE))
+            .select(*[sf.col(quote(c)) for c in image], _MUTATION_TIME, _IS_BEFORE))
 
 
 def _state(
@@ -165,10 +164,10 @@ def _state(
     def same_keys() -> Column:
         on = sf.lit(True)
         for index, key in enumerate(keys):
-            on &= sf.col(_quote(key)) == sf.col(_state_key(index))
+            on &= sf.col(quote(key)) == sf.col(_state_key(index))
         return on
 
-    images = [sf.col(_quote(column)) for column in image]
+    images = [sf.col(quote(column)) for column in image]
     signed = (targets.join(snapshots, same_keys() & (sf.col(_DAY) == sf.col(_AT_DAY) - 1))
               .select(*target, *images, sf.lit(1).alias(_SIGN)))
     mutations = load_mutations(spark, source, image)
@@ -190,7 +189,7 @@ def _flag_missing(spark: SparkSession, source: EntitySource, frame: DataFrame,
                   at: str) -> DataFrame:
     """Add ``_tt_missing``: whether no row of the snapshot table has partition day(at) − 1."""
     partitions = (read_table(spark, source.snapshot_table)
-                  .select(sf.expr(_day_sql(_quote(source.partition_column))).alias(_PARTITIONS))
+                  .select(sf.expr(_day_sql(quote(source.partition_column))).alias(_PARTITIONS))
                   .where(sf.col(_PARTITIONS).isNotNull()).distinct())
     day = sf.expr(f"CAST(({at} - pmod({at}, {DAY_MS})) DIV {DAY_MS} AS BIGINT)")
     return (frame.join(partitions, sf.col(_PARTITIONS) == day - 1, "left")
@@ -218,12 +217,12 @@ def entity_state(
 
     """
     selected = targets.select(
-        *[sf.col(_quote(key)).alias(_state_key(i)) for i, key in enumerate(keys)],
-        sf.col(_quote(at)).cast("long").alias(_STATE_AT)).distinct()
+        *[sf.col(quote(key)).alias(_state_key(i)) for i, key in enumerate(keys)],
+        sf.col(quote(at)).cast("long").alias(_STATE_AT)).distinct()
     selected = (_flag_missing(spark, source, selected, _STATE_AT)
                 .where(~sf.col(_MISSING)).drop(_MISSING))
     state, image = _state(spark, source, keys, selected)
-    return state.select(sf.col(_STATE_AT).alias(at), *[sf.col(_quote(c)) for c in image])
+    return state.select(sf.col(_STATE_AT).alias(at), *[sf.col(quote(c)) for c in image])
 
 
 def entity_features(
@@ -253,7 +252,7 @@ def entity_features(
                .distinct())
     state, _ = _state(spark, source, group_by.keys, targets)
     columns = list(group_by.lookup_columns) if group_by.is_lookup else value_columns(group_by)
-    values = [(sf.col(_quote(c)) if group_by.is_lookup else _widened(state, c)).alias(_value(i))
+    values = [(sf.col(quote(c)) if group_by.is_lookup else _widened(state, c)).alias(_value(i))
               for i, c in enumerate(columns)]
     state = state.select(*[_state_key(i) for i in range(n_keys)], _STATE_AT, _ROW,
                          _row_time(state, source).alias(_EVENT_TIME), *values)
@@ -268,7 +267,7 @@ def entity_features(
         features = aggregate_features(part, matched, ops, extra=[_MISSING])
     query_columns = [*(_query_key(i) for i in range(n_keys)), _QUERY_TIME]
     return features.select(*query_columns, *[
-        sf.when(~sf.col(_MISSING), sf.col(_quote(name))).alias(name)
+        sf.when(~sf.col(_MISSING), sf.col(quote(name))).alias(name)
         for name in part.output_columns()])
 
 
@@ -303,5 +302,5 @@ def entity_left(
         snapshots = snapshots.where(sf.col(_DAY) >= date_to_ms(start) // DAY_MS)
     if end is not None:
         snapshots = snapshots.where(sf.col(_DAY) <= date_to_ms(end) // DAY_MS)
-    columns = [sf.col(_quote(column)) for column in snapshots.columns if column != _DAY]
+    columns = [sf.col(quote(column)) for column in snapshots.columns if column != _DAY]
     return snapshots.select(*columns, ((sf.col(_DAY).cast("long") + 1) * DAY_MS).alias(TIME))

@@ -47,7 +47,7 @@ from timetile.api import (
     Window,
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms
-from timetile.spark.sources import TIME, load_events
+from timetile.spark.sources import TIME, load_events, quote
 from timetile.testing.sql_ops import (
     _AT,
     _EVENT_TIME,
@@ -204,15 +204,15 @@ def _backfill(
         features = part_features(part, spark, left, ops)
         condition = sf.col(TIME) == sf.col(_QUERY_TIME)
         for index, column in enumerate(part.left_keys):  # null keys meet their null queries
-            condition &= sf.col(_quote(column)).eqNullSafe(sf.col(_query_key(index)))
+            condition &= sf.col(quote(column)).eqNullSafe(sf.col(_query_key(index)))
         internal = [_QUERY_TIME, *(_query_key(i) for i in range(len(part.left_keys)))]
         result = result.join(features, condition, "left").drop(*internal)
-    result = result.select(*[sf.col(_quote(c)) for c in [*originals, *join.output_columns()]])
+    result = result.select(*[sf.col(quote(c)) for c in [*originals, *join.output_columns()]])
     if not join.derivation_items:  # derivations: per-row SQL over the left and feature columns
         return result
     kept = join.output_columns() if join.keeps_features else []
-    return result.selectExpr(*[_quote(c) for c in [*originals, *kept]],
-                             *[f"{sql}\nAS {_quote(name)}" for name, sql in join.derivation_items])
+    return result.select(*[sf.col(quote(c)) for c in [*originals, *kept]],
+                         *[sf.expr(sql).alias(name) for name, sql in join.derivation_items])
 
 
 def part_features(
@@ -306,7 +306,7 @@ def aggregate_features(
         if bucket is not None:
             bucketed.setdefault(_value(columns.index(bucket)), []).append(
                 (name, aggregation, aggregate, " AND ".join(keep)))
-            finals.append(sf.col(_quote(name)))
+            finals.append(sf.col(quote(name)))
             continue
         partials.append(sf.expr(f"{aggregate} FILTER (WHERE {' AND '.join(keep)})")
                         .alias(_partial(index)))
@@ -319,7 +319,7 @@ def aggregate_features(
     for bucket, features in bucketed.items():
         maps = _bucket_maps(matched, group, bucket, features, ops)
         joined = [sf.col(column).alias(f"_tt_j{i}") for i, column in enumerate(group)]
-        maps = maps.select(*joined, *(sf.col(_quote(name)) for name, *_ in features))
+        maps = maps.select(*joined, *(sf.col(quote(name)) for name, *_ in features))
         on = [sf.col(column).eqNullSafe(sf.col(f"_tt_j{i}")) for i, column in enumerate(group)]
         grouped = grouped.join(maps, on, "left").drop(*(f"_tt_j{i}" for i in range(len(group))))
     return grouped.select(*query_columns, *extra, *finals)
@@ -344,14 +344,14 @@ def _bucket_maps(matched: DataFrame, group: Sequence[str], bucket: str,
                              f"'v', {finish}), NULL))").alias(name))
     per_bucket = matched.groupBy(*group, bucket).agg(*partials)
     return per_bucket.groupBy(*group).agg(*lists).select(*group, *(
-        sf.expr(f"IF(size({_quote(name)}) = 0, NULL, map_from_entries({_quote(name)}))")
+        sf.expr(f"IF(size({quote(name)}) = 0, NULL, map_from_entries({quote(name)}))")
         .alias(name) for name, *_ in features))
 
 
 def _queries(part: JoinPart, left: DataFrame) -> DataFrame:
     """Distinct (keys, time) of the left rows that have a time, with their as-of time."""
     at = sf.expr(as_of(part.group_by, TIME))
-    keys = [sf.col(_quote(column)).alias(_query_key(index))
+    keys = [sf.col(quote(column)).alias(_query_key(index))
             for index, column in enumerate(part.left_keys)]
     return (left.where(sf.col(TIME).isNotNull())
             .select(*keys, sf.col(TIME).alias(_QUERY_TIME), at.alias(_AT))
@@ -362,9 +362,9 @@ def _events(source: DataFrame, keys: Sequence[str], columns: Sequence[str]) -> D
     """Keep the events that can be placed (non-null time and keys); widen their values."""
     placed = source.where(sf.col(TIME).isNotNull())
     for key in keys:
-        placed = placed.where(sf.col(_quote(key)).isNotNull())
+        placed = placed.where(sf.col(quote(key)).isNotNull())
     return placed.select(
-        *[sf.col(_quote(key)).alias(_event_key(index)) for index, key in enumerate(keys)],
+        *[sf.col(quote(key)).alias(_event_key(index)) for index, key in enumerate(keys)],
         sf.col(TIME).alias(_EVENT_TIME),
         *[_widened(placed, column).alias(_value(index)) for index, column in enumerate(columns)],
     )
@@ -379,15 +379,10 @@ _WIDENED: Mapping[type[DataType], str] = {
 
 def _widened(frame: DataFrame, column: str) -> Column:
     target = _WIDENED.get(type(frame.schema[column].dataType))
-    value = sf.col(_quote(column))
+    value = sf.col(quote(column))
     return value if target is None else value.cast(target)
 
 
 def _finish(op: SqlOp, aggregation: Aggregation, partial: str) -> str:
     percentiles = ", ".join(_decimal(p) for p in aggregation.percentiles or ())
     return op.finish.format(a=partial, k=aggregation.k, ps=percentiles)
-
-
-def _quote(column: str) -> str:
-    """Quote a column name as a Spark identifier, safe with dots and spaces."""
-    return "`" + column.replace("`", "``") + "`"
