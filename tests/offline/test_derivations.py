@@ -7,12 +7,14 @@ Join with them, on random data with nulls, NaN, ±inf, duplicates and empty wind
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import AnalysisException
 from rich.console import Console
 
 import timetile as tt
@@ -113,6 +115,18 @@ def test_the_oracle_applies_derivations_too(
     oracle = naive_backfill(join, spark)
     assert oracle.columns == [*LEFT, *join.output_columns(), "label_twice", "amount_per_item"]
     assert_same(by_row(oracle.collect()), expected, oracle.columns)
+
+
+def test_the_check_leaves_pyspark_error_logging_whole(
+    spark: Any, frames: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PySpark logs analysis errors through loggers of its own class: the check, which
+    silences them, must not create plain ones, on which every later error raised TypeError."""
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        monkeypatch.delitem(logging.Logger.manager.loggerDict, name, raising=False)
+    tt.BackfillJob(join_of(frames, DERIVATIONS), spark)
+    with pytest.raises(AnalysisException, match="no_such_column"):
+        _ = spark.range(1).select("no_such_column").schema
 
 
 def test_division_by_zero_gives_null(spark: Any) -> None:
