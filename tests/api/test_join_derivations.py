@@ -6,6 +6,8 @@ Expressions themselves are checked against the real schemas in
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import timetile as tt
@@ -112,3 +114,16 @@ class TestErrors:
         found = problems({"*": "all", "bad name": RATIO, "empty": " ", "ok": RATIO})
         assert [field for field, _ in found] == [
             "derivations['*']", "derivations['bad name']", "derivations['empty']"]
+
+
+@pytest.mark.parametrize("derivations", [None, {"*": "*", "ratio": RATIO}, {"ratio": RATIO}])
+def test_replace_takes_a_definitions_own_fields_back(derivations: object) -> None:
+    """``dataclasses.replace`` re-checks the stored pairs of derivations and key_mapping."""
+    original = join(derivations)
+    renamed = dataclasses.replace(original, name="renamed")
+    assert (renamed.name, renamed.derivations, renamed.final_columns()) == (
+        "renamed", original.derivations, original.final_columns())
+    part = tt.JoinPart(VIEWS, prefix="guest", key_mapping={"guest_id": "user_id"})
+    host = dataclasses.replace(part, prefix="host")
+    assert (host.left_keys, host.output_columns()) == (
+        ("guest_id",), ["host_user_views_duration_count_7d", "host_user_views_duration_sum_7d"])

@@ -8,6 +8,7 @@ its answers are checked within the oracle's rank bounds instead.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -102,7 +103,8 @@ def test_fetch_equals_backfill_at_every_time(spark: Any, store_uri: str) -> None
         assert not bad, f"{len(bad)} mismatches, e.g. {bad[:5]}"
 
 
-def test_missing_keys_late_uploads_and_bad_rows(spark: Any, store_uri: str) -> None:
+def test_missing_keys_late_uploads_and_bad_rows(spark: Any, store_uri: str,
+                                                caplog: pytest.LogCaptureFixture) -> None:
     events = spark.createDataFrame([(1, DAY_END - HOUR_MS, 2.0)],
                                    "user_id long, ts long, amount double")
     users = tt.GroupBy("users", tt.EventSource(events), ["user_id"], [
@@ -128,10 +130,27 @@ def test_missing_keys_late_uploads_and_bad_rows(spark: Any, store_uri: str) -> N
                 fetcher.fetch([{"user_id": lossy}])
         with pytest.raises(tt.DefinitionError, match=r"rows: dict is not a list of rows"):
             fetcher.fetch({"user_id": 1})  # type: ignore[arg-type]
+        with pytest.raises(tt.DefinitionError, match=r"rows\[1\]: str is not a row\. Fix: "
+                           r"pass a mapping of the key columns, e\.g\. \{'user_id': …\}"):
+            fetcher.fetch([{"user_id": 1}, "user_id"])  # type: ignore[list-item]
+        for unreadable, why in (("\u0663", "cannot be read as int"),  # an Arabic-Indic 3
+                                (10**30, "is beyond a 64-bit int")):
+            with pytest.raises(tt.DefinitionError, match=rf"rows\[0\]\.user_id: .*{why}"):
+                fetcher.fetch([{"user_id": unreadable}])
+        with pytest.raises(tt.DefinitionError, match=r"at: 10000000000000000000 is not epoch "
+                           r"milliseconds in int64"):
+            fetcher.fetch([{"user_id": 1}], at=10**19)
         with pytest.raises(tt.DefinitionError, match=r"at: '2024-01-03' is not epoch millis"):
             fetcher.fetch([{"user_id": 1}], at="2024-01-03")  # type: ignore[arg-type]
         assert fetcher.fetch([{"user_id": 1}], at=np.int64(DAY_END))[0].features == \
             present.features
+        derived = tt.Join("online", tt.EventSource(queries), [users], derivations={
+            "users_amount_max": "coalesce(users_amount_max, 0)"})
+        with caplog.at_level(logging.WARNING, logger="timetile"):
+            assert Fetcher(derived, store).fetch([{"user_id": 5}], at=DAY_END)[0].features == \
+                missing.features
+        assert "Join 'online' has derivations, which run offline only" in caplog.text
+        assert "users_amount_max are derived offline under a feature's own name" in caplog.text
 
 
 def test_uploads_in_flight_changed_definitions_and_unfinished_days(spark: Any,

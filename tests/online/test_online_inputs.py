@@ -12,6 +12,7 @@ import pytest
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
+from timetile.online.layout import KeyValueError, encode_key
 from timetile.online.store import open_store
 from timetile.online.tiles import put_events
 from timetile.online.upload import upload
@@ -131,3 +132,15 @@ def test_upload_refuses_a_period_that_does_not_divide_a_day(spark: Any, store_ur
     six = tt.GroupBy("users", tt.EventSource(events, period="6h"), ["user_id"],
                      [tt.Aggregation("amount", "sum", windows=["12h"])])
     assert upload(six, spark, DS, store_uri).written["users"][0] == 1
+
+
+@pytest.mark.parametrize(("value", "kind", "why"), [
+    (10**400, "float", "is beyond a double"),
+    ("1_000", "float", "cannot be read as float"),  # Python reads it; Spark's cast gives null
+    ("\ud800", "string", "is not Unicode text"),  # a lone surrogate: no Spark string holds one
+    ("\u0663", "int", "cannot be read as int"),  # a non-ASCII digit, null in Spark
+    (-(2**63) - 1, "int", "is beyond a 64-bit int"),
+])
+def test_a_key_no_spark_column_holds_is_refused(value: Any, kind: str, why: str) -> None:
+    with pytest.raises(KeyValueError, match=why):
+        encode_key([value], [kind])

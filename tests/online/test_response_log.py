@@ -135,6 +135,16 @@ def test_a_failed_write_counts_as_dropped_and_the_log_goes_on(tmp_path: Path) ->
     assert read(tmp_path / "other").num_rows == 1
 
 
+def test_a_row_arrow_cannot_hold_loses_only_its_own_request(tmp_path: Path) -> None:
+    """A key with a lone surrogate cannot be written as UTF-8: that request alone is lost."""
+    with ResponseLog(tmp_path, max_seconds=60) as log:
+        log.log("r1", "model", AT, rows(2), results(2))
+        log.log("bad", "model", AT, [{"user_id": "\ud800"}], results(1))
+        log.log("r2", "model", AT, rows(1), results(1))
+    assert (log.written, log.dropped) == (3, 1)
+    assert read(tmp_path / "model").column("request_id").to_pylist() == ["r1", "r1", "r2"]
+
+
 def test_bad_calls(tmp_path: Path) -> None:
     log = ResponseLog(tmp_path)
     with pytest.raises(ValueError, match="2 rows but 1 results"):

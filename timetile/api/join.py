@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from timetile.api.errors import DefinitionError, Problem
 from timetile.api.group_by import GroupBy, check_name
@@ -48,10 +49,11 @@ class JoinPart:
         subject = f"JoinPart {self.group_by.name!r}"
         if self.prefix is not None:
             check_name(subject + ".prefix", self.prefix)
-        if self.key_mapping is not None and not isinstance(self.key_mapping, Mapping):
+        given = _mapping_of(self.key_mapping)
+        if self.key_mapping is not None and given is None:
             raise DefinitionError.single(subject, "key_mapping", f"{self.key_mapping!r} is not "
                                          "a mapping", "write key_mapping={'left_column': 'key'}")
-        mapping = dict(self.key_mapping or {})
+        mapping = dict(given or {})
         unknown = {left: key for left, key in mapping.items() if key not in self.group_by.keys}
         if unknown:
             raise DefinitionError.single(
@@ -226,12 +228,13 @@ def _checked_derivations(
     """
     if given is None:
         return (), []
-    if not isinstance(given, Mapping):
+    mapping = _mapping_of(given)
+    if mapping is None:
         return (), [Problem("derivations", f"{given!r} is not a mapping",
                             "give derivations={'name': 'spark sql expression', ...}, with "
                             "'*': '*' to keep every feature column")]
-    pairs = tuple(given.items())
-    keep = KEEP_FEATURES in given
+    pairs = tuple(mapping.items())
+    keep = KEEP_FEATURES in mapping
     kept = {column.casefold() for column in features} if keep else set()
     problems = []
     seen: dict[str, str] = {}
@@ -263,3 +266,17 @@ def _checked_derivations(
                                     "write a Spark SQL expression over the left and feature "
                                     "columns, e.g. 'a / nullif(b, 0)'"))
     return pairs, problems
+
+
+def _mapping_of(given: object) -> Mapping[Any, Any] | None:
+    """Return ``given`` as a mapping, or None if it is none.
+
+    The (key, value) pairs a definition stores a mapping as count as one, so that
+    ``dataclasses.replace`` of a definition takes its own fields back.
+    """
+    if isinstance(given, Mapping):
+        return given
+    if isinstance(given, tuple) and all(isinstance(pair, tuple) and len(pair) == 2
+                                        for pair in given):
+        return dict(given)
+    return None

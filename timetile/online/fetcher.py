@@ -30,6 +30,7 @@ from timetile.api.group_by import GroupBy
 from timetile.api.join import Join, JoinPart
 from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
 from timetile.core.entity_state import EntityFeature
+from timetile.core.windows import MAX_TIME, MIN_TIME
 from timetile.online.entity_records import EntityRecord, EntityServing, decode_mutations
 from timetile.online.layout import (
     META_TABLE,
@@ -87,6 +88,17 @@ def _warm_up(features: Iterable[OnlineFeature | EntityFeature]) -> None:
         feature.aggregator.warm_up()
 
 
+def _warn_of_derivations(join: Join) -> None:
+    """Say that fetches return features, not derivations: most of all where names meet."""
+    features = set(join.output_columns())
+    shadowed = [name for name, _ in join.derivation_items if name in features]
+    log.warning("Join %r has derivations, which run offline only: fetches return its feature "
+                "columns, and a caller derives from them%s", join.name,
+                f"; {', '.join(shadowed)} are derived offline under a feature's own name, so "
+                "online they hold the feature, not what the backfill returns" if shadowed
+                else "")
+
+
 class NotUploadedError(LookupError):
     """A GroupBy of the Join has never been uploaded to the store."""
 
@@ -120,6 +132,9 @@ class _Served:
 class Fetcher:
     """Fetch a Join's features from a store. Thread-safe; reuse one per Join.
 
+    A fetch returns every feature column, as a backfill without derivations does: a Join's
+    ``derivations`` are Spark SQL and run offline only (a warning says so when it has any).
+
     Args:
         join: the definition (the one ``upload`` ran).
         store: where ``upload`` and the tile writers put the data.
@@ -142,6 +157,8 @@ class Fetcher:
         #: Per entity GroupBy, the streamed retractions of rows it did not hold, ignored.
         self.unmatched: dict[str, int] = {}
         self.refresh()
+        if join.derivation_items:
+            _warn_of_derivations(join)
 
     def refresh(self) -> None:
         """Re-read the upload metadata (after a new daily upload)."""
@@ -204,10 +221,18 @@ class Fetcher:
             raise DefinitionError.single(
                 f"fetch of Join {self.join.name!r}", "rows", f"{type(rows).__name__} is not a "
                 "list of rows", "pass a list of mappings, e.g. [{'user_id': 1}]")
-        if at is not None and (isinstance(at, bool) or not isinstance(at, Integral)):
+        if at is not None and (isinstance(at, bool) or not isinstance(at, Integral)
+                               or not MIN_TIME <= int(at) <= MAX_TIME):
             raise DefinitionError.single(
-                f"fetch of Join {self.join.name!r}", "at", f"{at!r} is not epoch milliseconds",
+                f"fetch of Join {self.join.name!r}", "at", f"{at!r} is not epoch milliseconds"
+                + (" in int64" if isinstance(at, Integral) and not isinstance(at, bool) else ""),
                 "pass an int of milliseconds since the epoch (UTC), or None for now")
+        for index, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise DefinitionError.single(
+                    f"fetch of Join {self.join.name!r}", f"rows[{index}]",
+                    f"{type(row).__name__} is not a row", "pass a mapping of the key columns, "
+                    f"e.g. {{{', '.join(repr(c) + ': …' for c in self.key_columns)}}}")
         at = self.clock() if at is None else int(at)
         results = [FetchResult({}) for _ in rows]
         for part in self.join.join_parts:

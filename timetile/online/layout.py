@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,30 +164,66 @@ def _cast_key(value: Any, kind: str) -> Any:
     """
     if hasattr(value, "item"):  # a numpy scalar
         value = value.item()
-    if kind == "int":
-        if isinstance(value, bool):
-            raise ValueError(f"{value!r} is a boolean, not an int")
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-")
-                                      .isdigit()):
-            return int(value)
-        raise ValueError(f"{value!r} cannot be read as int")
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise ValueError(f"{value!r} cannot be read as bool")
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ValueError(f"{value!r} cannot be read as float")
+    if kind in _KEY_CASTS:
+        return _KEY_CASTS[kind](value)
+    return _string_key(value, kind)  # strings, and the kinds read from their text
+
+
+def _int_key(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{_shown(value)} is a boolean, not an int")
+    readable = (isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+                or (isinstance(value, str) and value.isascii()
+                    and value.strip().lstrip("-").isdigit()))
+    if not readable:
+        raise ValueError(f"{_shown(value)} cannot be read as int")
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise ValueError(f"{_shown(value)} is beyond a 64-bit int, which no key column holds")
+    return number
+
+
+def _bool_key(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"{_shown(value)} cannot be read as bool")
+
+
+def _float_key(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (
+            isinstance(value, str) and "_" in value):  # Python's 1_000 is null in Spark
+        raise ValueError(f"{_shown(value)} cannot be read as float")
+    try:
         number = float(value)
-        # One key for every NaN and for both zeros, as Spark groups them (the backfill).
-        return math.nan if math.isnan(number) else number + 0.0  # -0.0 + 0.0 is 0.0
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return str(value)
-    raise ValueError(f"{value!r} cannot be read as {kind}")
+    except OverflowError:
+        raise ValueError(f"{_shown(value)} is beyond a double") from None
+    # One key for every NaN and for both zeros, as Spark groups them (the backfill).
+    return math.nan if math.isnan(number) else number + 0.0  # -0.0 + 0.0 is 0.0
+
+
+def _string_key(value: Any, kind: str = "string") -> str:
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise ValueError(f"{_shown(value)} cannot be read as {kind}")
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no Spark string holds one
+        raise ValueError(f"{_shown(value)} is not Unicode text (it holds a lone surrogate)"
+                         ) from None
+    return text
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: an error message need not hold a 400-digit number."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
+
+
+_SHOWN_CHARS = 40
+_KEY_CASTS: dict[str, Callable[[Any], Any]] = {"int": _int_key, "bool": _bool_key,
+                                               "float": _float_key}
 
 
 class KeyValueError(ValueError):

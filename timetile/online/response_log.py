@@ -209,8 +209,8 @@ class ResponseLog:
             by_join.setdefault(entry.join, []).append(entry)
         for join, entries in by_join.items():
             rows = sum(len(entry.rows) for entry in entries)
+            table, unloggable = _loggable(entries)
             try:
-                table = _table(entries)
                 for offset in range(0, table.num_rows, self.max_rows):
                     self._write(join, table.slice(offset, self.max_rows))
             except Exception:
@@ -220,7 +220,8 @@ class ResponseLog:
                     self._queued_rows -= rows
                 continue
             with self._wake:
-                self._written += rows
+                self._written += rows - unloggable
+                self._dropped += unloggable
                 self._queued_rows -= rows
 
     def _write(self, join: str, table: pa.Table) -> Path:
@@ -243,6 +244,32 @@ class ResponseLog:
                 return path
         finally:
             temporary.unlink(missing_ok=True)
+
+
+def _loggable(entries: Sequence[_Entry]) -> tuple[pa.Table, int]:
+    """Return the log rows of ``entries``, and how many rows of theirs it left out.
+
+    One table for all of them; should that fail (a value Arrow cannot hold), one per entry,
+    so that a bad request loses only its own rows.
+    """
+    try:
+        return _table(entries), 0
+    except Exception:  # any value Arrow refuses: the entries are tried one by one
+        tables = [_entry_table(entry) for entry in entries]
+    kept = [table for table in tables if table is not None]
+    lost = sum(len(entry.rows) for entry, table in zip(entries, tables, strict=True)
+               if table is None)
+    return (pa.concat_tables(kept) if kept else SCHEMA.empty_table()), lost
+
+
+def _entry_table(entry: _Entry) -> pa.Table | None:
+    """Return one entry's log rows, or None (logged) when Arrow cannot hold them."""
+    try:
+        return _table([entry])
+    except Exception:
+        log.exception("the response log lost the %d rows of request %s", len(entry.rows),
+                      entry.request_id)
+        return None
 
 
 def _table(entries: Sequence[_Entry]) -> pa.Table:

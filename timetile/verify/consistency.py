@@ -268,8 +268,7 @@ def _approx_parts(join: Join) -> list[JoinPart]:
         approx = [aggregation for aggregation in part.group_by.aggregations or ()
                   if aggregation.op in APPROX_CHECKS]
         if approx:
-            parts.append(JoinPart(replace(part.group_by, aggregations=approx), part.prefix,
-                                  dict(part.mapping) or None))
+            parts.append(replace(part, group_by=replace(part.group_by, aggregations=approx)))
     return parts
 
 
