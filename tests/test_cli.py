@@ -260,6 +260,8 @@ def test_outputs_that_cannot_be_written_fail_before_the_job(
                                str(tmp_path / "a-file" / "p")])
     assert "--partials" in stderr
     assert "is a file, not a folder" in stderr
+    stderr = error_of(runner, [*backfill_args(defs, tmp_path), "--partials", " "])
+    assert "--partials is empty. Fix: give a folder path or URI" in stderr
 
 
 def test_strict_fails_on_rows_without_time(runner: CliRunner, data: Paths, tmp_path: Path) -> None:

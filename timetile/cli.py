@@ -239,7 +239,10 @@ def backfill(
                            "use --executor tiled (or auto, which then picks it), or leave out "
                            "--partials.")
         _check_output(output, overwrite)
-        if partials is not None and "://" not in partials:
+        if partials is not None and not partials.strip():
+            raise CliError("--partials is empty. Fix: give a folder path or URI, or leave out "
+                           "--partials.")
+        if partials is not None:
             check_writable("--partials", partials)
         chosen = pick_join(defs, load_joins(defs), join)
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
