@@ -91,12 +91,29 @@ def as_maps(arrow: pa.Array) -> list[Any]:
 def test_bucketed_features_equal_the_core(table: dict[str, Any],
                                          windows: list[tt.Window | None]) -> None:
     """Features over one column and bucket share the copies of their widest window."""
+    assert_equal_to_the_core(table, windows, SECOND)
+
+
+def test_events_at_the_ends_of_int64_keep_their_buckets() -> None:
+    """Sessions whose events lie at the first or last millisecond: + 1 and gaps saturate."""
+    first, last = -(2**63), 2**63 - 1
+    events = [(0, first, "a", 1.0), (0, 1_000, "a", 2.0), (0, 2_000, "b", 3.0),
+              (0, last, "a", 4.0), (1, first, "b", 5.0), (1, last - 1, "b", 6.0)]
+    queries = [(0, first + 1), (0, 5_000), (0, last), (1, 0), (1, last)]
+    table = {"type": ValueType.FLOAT, "events": events, "queries": queries}
+    assert_equal_to_the_core(table, [None, tt.Window("3s"), tt.Window("4s", hop="2s")], 1)
+
+
+def assert_equal_to_the_core(table: dict[str, Any], windows: list[tt.Window | None],
+                             unit: int) -> None:
+    """Each bucketed feature of the sweep equals the core's fold of the events it sees; the
+    table's times are in ``unit`` milliseconds."""
     value_type, events, queries = table["type"], table["events"], table["queries"]
     groups = np.array([event[0] for event in events], dtype=np.int64)
-    times = np.array([event[1] * SECOND for event in events], dtype=np.int64)
+    times = np.array([event[1] * unit for event in events], dtype=np.int64)
     buckets = pa.chunked_array([[event[2] for event in events]], type=pa.string())
     values = pa.chunked_array([[event[3] for event in events]], type=ARROW_TYPES[value_type])
-    query_times = np.array([query[1] * SECOND for query in queries], dtype=np.int64)
+    query_times = np.array([query[1] * unit for query in queries], dtype=np.int64)
     query_offsets = np.searchsorted([query[0] for query in queries],
                                     np.arange(GROUPS + 1)).astype(np.int64)
     swept = BucketedColumn(values, buckets, times=times, groups=groups, value_type=value_type,
@@ -112,12 +129,12 @@ def test_bucketed_features_equal_the_core(table: dict[str, Any],
         for index, (group, _) in enumerate(queries):
             seen = [event for event in events if event[0] == group
                     and event[2] is not None and event[3] is not None
-                    and starts[index] <= event[1] * SECOND < ends[index]]
+                    and starts[index] <= event[1] * unit < ends[index]]
             folded = aggregator.fold(
                 bucketed_values([event[2] for event in seen],
                                 np.array([event[3] for event in seen],
                                          dtype=value_type.numpy_dtype), value_type),
-                np.array([event[1] * SECOND for event in seen], dtype=np.int64))
+                np.array([event[1] * unit for event in seen], dtype=np.int64))
             expected = aggregator.finalize(folded)
             assert same(got[index], expected), (op, window, queries[index], got[index],
                                                  expected)

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from timetile.api.windows import Window
 from timetile.core.kernels.sweep import window_runs
 from timetile.core.types import ValueType
-from timetile.core.windows import MIN_TIME
+from timetile.core.windows import MAX_TIME, MIN_TIME
 from timetile.offline.plan import Feature, query_bounds
 from timetile.offline.sweep_columns import (
     SweptColumn,
@@ -148,7 +148,8 @@ def bucket_layout(buckets: pa.Array, groups: np.ndarray, times: np.ndarray, *,
     lifetime = bool((query_starts == MIN_TIME).any())
     if len(query_starts) and not lifetime:  # no window holds two events this far apart
         longest = int((query_ends - query_starts).max())
-        starts[1:] |= np.diff(ordered_times) >= longest
+        # Within a pair the gaps are >= 0 and may pass int64's last value: read as unsigned.
+        starts[1:] |= np.diff(ordered_times).view(np.uint64) >= longest
     first_events = np.flatnonzero(starts)
     event_offsets = np.append(first_events, len(pairs))
     session_groups, session_buckets = np.divmod(pairs[first_events], width)
@@ -158,12 +159,16 @@ def bucket_layout(buckets: pa.Array, groups: np.ndarray, times: np.ndarray, *,
     # the last: from the first query whose end passes `first` to the last whose start does
     # not pass `last`. Both searches read a group's query bounds, sorted within the group,
     # as window_runs reads a group's event times.
+    # The + 1 saturates at int64's last time: no window starts there (each starts before its
+    # query), and a window ending there may get a copy of a session it cannot see (no entry).
     query_offsets = query_offsets.astype(np.int64)
     session_offsets = np.searchsorted(session_groups, np.arange(len(query_offsets)))
+    first_after = np.minimum(firsts, MAX_TIME - 1) + 1
+    last_after = np.minimum(lasts, MAX_TIME - 1) + 1
     after_first, _ = window_runs(query_ends.astype(np.int64), query_offsets,
-                                 session_offsets.astype(np.int64), firsts + 1, firsts + 1)
+                                 session_offsets.astype(np.int64), first_after, first_after)
     through_last, _ = window_runs(query_starts.astype(np.int64), query_offsets,
-                                  session_offsets.astype(np.int64), lasts + 1, lasts + 1)
+                                  session_offsets.astype(np.int64), last_after, last_after)
     counts = np.maximum(through_last - after_first, 0)
     copy_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     copy_queries = (np.repeat(after_first - copy_offsets[:-1], counts)
