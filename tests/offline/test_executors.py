@@ -199,3 +199,21 @@ def test_collated_string_keys_are_refused_with_a_fix_that_works(spark: Any) -> N
     for executor in ("auto", "tiled", "reference"):
         assert [tuple(row) for row in tt.backfill(fixed, spark, executor=executor).collect()] \
             == [("a", BASE + 5, 2)], executor
+
+
+def test_an_event_at_the_last_int64_millisecond_on_every_path(spark: Any) -> None:
+    """A "far future" placeholder time: no window holds it, and no path fails on it (the
+    tiled report's label of its hop once did)."""
+    last = 2**63 - 1
+    events = spark.createDataFrame([(1, BASE, 1.0, "a"), (1, last, 9.0, "a"),
+                                    (1, BASE + HOUR_MS, 2.0, "b")],
+                                   "k long, ts long, v double, b string")
+    queries = spark.createDataFrame([(1, BASE + 2 * HOUR_MS, 0), (1, last, 1)],
+                                    "k long, ts long, qid int")
+    group_by = tt.GroupBy("far", tt.EventSource(events), ["k"], [
+        tt.Aggregation("v", "histogram", windows=["1d"]),
+        tt.Aggregation("v", "sum", buckets=["b"])])
+    join = tt.Join("far", tt.EventSource(queries), [group_by])
+    expected = rows(naive_backfill(join, spark))
+    for executor in ("sweep", "tiled", "interval_tree", "reference"):
+        assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor

@@ -98,8 +98,15 @@ def date_to_ms(day: str | date) -> int:
 def ms_to_iso(millis: int) -> str:
     """Render epoch milliseconds as an ISO-8601 UTC string, for messages and reports.
 
+    A time outside years 1 to 9999, which ISO-8601 cannot write, is rendered as its number.
+
     >>> ms_to_iso(86400000)
     '1970-01-02T00:00:00.000Z'
+    >>> ms_to_iso(2**63 - 1)
+    'epoch ms 9223372036854775807'
     """
-    moment = _EPOCH + timedelta(milliseconds=millis)
+    try:
+        moment = _EPOCH + timedelta(milliseconds=millis)
+    except OverflowError:
+        return f"epoch ms {millis}"
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
