@@ -88,6 +88,31 @@ def test_a_key_or_the_time_may_be_aggregated_too(spark: Any, store_uri: str) -> 
         "items_amount_sum_by_item": {"a": 10.0}}
 
 
+def test_streamed_values_of_another_type_are_refused(spark: Any, store_uri: str) -> None:
+    """numpy would cast them silently (7.9 to 7, a uint64 around to -1, b"a" to "b'a'")."""
+    events = spark.createDataFrame([(1, "a", DAY_END - HOUR_MS, 2.0, 3)],
+                                   "user_id long, item string, ts long, amount double, n long")
+    users = tt.GroupBy("users", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", "sum", buckets=["item"]), tt.Aggregation("n", "max")])
+    upload(users, spark, DS, store_uri)
+    good = {"user_id": [1], "item": ["a"], "ts": [DAY_END + 1], "amount": [5.0], "n": [4]}
+    with open_store(store_uri) as store:
+        for column, odd, kind in (("n", pa.array([7.9]), "double"),
+                                  ("n", pa.array([2**64 - 1], pa.uint64()), "uint64"),
+                                  ("amount", pa.array(["x"]), "string"),
+                                  ("item", pa.array([b"a"]), "binary")):
+            table = pa.table({**good, column: odd})
+            with pytest.raises(ValueError, match=rf"'{column}' is {kind}, the upload's is "
+                               r".*Fix: send the aggregated and bucket columns with the "
+                               "upload's types"):
+                put_events(store, users, table, "bad")
+        widened = pa.table({**good, "amount": pa.array([5], pa.int32())})  # ints fit a double
+        assert put_events(store, users, widened, "b1").written == 1
+        fetched = Fetcher(tt.Join("typed", tt.EventSource(events), [users]), store).fetch(
+            [{"user_id": 1}], at=DAY_END + HOUR_MS)[0].features
+    assert fetched == {"users_amount_sum_by_item": {"a": 7.0}, "users_n_max": 4}
+
+
 def test_string_times_are_placed_as_the_backfill_places_them(spark: Any,
                                                              store_uri: str) -> None:
     # Every row below is read by Spark's cast, or left out by it (null), and put_events

@@ -54,6 +54,7 @@ from timetile.online.tiles import (
     Placement,
     StreamWriter,
     TileWriteReport,
+    arrow_coarse_type,
     millis,
     read_meta,
     timestamp_millis,
@@ -228,19 +229,6 @@ def plain_column(column: pa.ChunkedArray | pa.Array) -> list[Any]:
         column = pc.cast(pc.cast(column, pa.date32()), pa.int32())
     values: list[Any] = column.to_pylist()
     return values
-
-
-def arrow_coarse_type(data_type: pa.DataType) -> str:
-    """Return the coarse type name (as :mod:`timetile.api.schema` names it) of an Arrow type.
-
-    >>> arrow_coarse_type(pa.int32()), arrow_coarse_type(pa.timestamp("us", tz="UTC"))
-    ('int', 'timestamp')
-    """
-    checks = ((pa.types.is_integer, "int"), (pa.types.is_floating, "float"),
-              (pa.types.is_boolean, "bool"), (pa.types.is_timestamp, "timestamp"),
-              (pa.types.is_date, "date"), (pa.types.is_null, "null"),
-              (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "string"))
-    return next((name for check, name in checks if check(data_type)), str(data_type))
 
 
 class MutationWriter(StreamWriter):

@@ -141,6 +141,19 @@ class Placement:
     report: TileWriteReport
 
 
+def arrow_coarse_type(data_type: pa.DataType) -> str:
+    """Return the coarse type name (as :mod:`timetile.api.schema` names it) of an Arrow type.
+
+    >>> arrow_coarse_type(pa.int32()), arrow_coarse_type(pa.timestamp("us", tz="UTC"))
+    ('int', 'timestamp')
+    """
+    checks = ((pa.types.is_integer, "int"), (pa.types.is_floating, "float"),
+              (pa.types.is_boolean, "bool"), (pa.types.is_timestamp, "timestamp"),
+              (pa.types.is_date, "date"), (pa.types.is_null, "null"),
+              (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "string"))
+    return next((name for check, name in checks if check(data_type)), str(data_type))
+
+
 class StreamWriter(ABC):
     """Writes one GroupBy's streamed rows as tiles of the store, as of one upload.
 
@@ -285,6 +298,28 @@ class TileWriter(StreamWriter):
                          if part is not None})
         return list(dict.fromkeys([*self.keys, self.time_column, *values]))
 
+    def check(self, events: pa.Table) -> None:
+        """Refuse rows missing a column, or with value columns of other types than uploaded.
+
+        Aggregated and bucket columns of another type would be cast silently by numpy (7.9
+        to 7, a uint64 around to -1, b"1" to "b'1'"), or fail every later fetch.
+
+        Raises:
+            ValueError: naming the columns, their types and the fix.
+
+        """
+        super().check(events)
+        types = {name: events.schema.field(name).type
+                 for name in sorted({part for series in self.series
+                                     for part in split_series(series) if part is not None})}
+        wrong = [f"{name!r} is {data_type}, the upload's is {self.meta.value_types[name]}"
+                 for name, data_type in types.items()
+                 if not _holds(data_type, self.meta.value_types[name])]
+        if wrong:
+            raise ValueError(f"the events of GroupBy {self.name!r} do not fit its upload: "
+                             f"{'; '.join(wrong)}. Fix: send the aggregated and bucket columns "
+                             "with the upload's types (cast them in the producer)")
+
     def encode(self, events: pa.Table, placement: Placement) -> list[bytes]:
         """Encode each group's events: per series, a slice of one batch-wide pass.
 
@@ -322,3 +357,15 @@ def put_events(store: KVStore, group_by: GroupBy, events: pa.Table, batch: str) 
 
     """
     return TileWriter.from_store(store, group_by).write(store, events, batch)
+
+
+def _holds(data_type: pa.DataType, kind: str) -> bool:
+    """Whether a column of ``data_type`` reads as the upload's coarse type ``kind`` exactly.
+
+    All nulls fit any; integers fit a float column (as Spark's union widens them) but a
+    uint64 fits nothing, since it may not fit a bigint.
+    """
+    if pa.types.is_uint64(data_type):
+        return False
+    coarse = arrow_coarse_type(data_type)
+    return coarse in (kind, "null") or (kind == "float" and coarse == "int")
