@@ -96,6 +96,23 @@ class TestAggregation:
             tt.Aggregation("duration", "approx_percentile", percentiles=[0.5, 1.5])
         agg = tt.Aggregation("duration", "approx_percentile", percentiles=[0.5, 0.95])
         assert agg.percentiles == (0.5, 0.95)
+        with raises(r"percentiles: \[True\] are not ranks"):  # a bool is no rank
+            tt.Aggregation("duration", "approx_percentile", percentiles=[True])
+
+    def test_numpy_params(self) -> None:
+        """numpy's arrays, floats and ints are what a notebook passes."""
+        np = pytest.importorskip("numpy")
+        agg = tt.Aggregation("duration", "approx_percentile",
+                             percentiles=np.array([0.5, np.float32(0.25)]))
+        assert agg.percentiles == (0.5, 0.25)
+        top = tt.Aggregation("listing_id", "top_k", k=np.int64(5))
+        assert top.k == 5
+        assert type(top.k) is int
+
+    def test_buckets_must_be_ordered(self) -> None:
+        """A set's order, and so the output columns', would change from run to run."""
+        with raises(r"buckets: .* is not a list of columns\. Fix: write buckets=\['category'\]"):
+            tt.Aggregation("duration", "sum", buckets={"category", "shop"})  # type: ignore[arg-type]
 
     def test_bad_windows(self) -> None:
         with raises(r"windows\.length: '7 days' is not a duration"):

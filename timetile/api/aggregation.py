@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 from timetile.api.errors import DefinitionError, one_of
 from timetile.api.windows import Window
@@ -78,18 +79,21 @@ class Aggregation:
             if name not in spec.params and value is not None:
                 raise DefinitionError.single(subject, name, f"{self.op} takes no {name}",
                                              f"drop {name}; only {', '.join(ops)} take it")
-        if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int)
-                                   or self.k < 1):
-            raise DefinitionError.single(subject, "k", f"{self.k!r} is not a positive int",
-                                         "give k >= 1")
+        if self.k is not None:
+            if isinstance(self.k, bool) or not isinstance(self.k, Integral) or self.k < 1:
+                raise DefinitionError.single(subject, "k", f"{self.k!r} is not a positive int",
+                                             "give k >= 1")
+            object.__setattr__(self, "k", int(self.k))  # numpy's ints too
         if self.percentiles is not None:
-            if isinstance(self.percentiles, str) or not isinstance(self.percentiles, Sequence):
+            if isinstance(self.percentiles, (str, Real)) or not isinstance(
+                    self.percentiles, Iterable):
                 raise DefinitionError.single(
                     subject, "percentiles", f"{self.percentiles!r} is not a list of ranks",
                     f"write percentiles=[{self.percentiles!r}]")
-            bad = [p for p in self.percentiles
-                   if not isinstance(p, (int, float)) or not 0 <= p <= 1]
-            if bad or isinstance(self.percentiles, str) or not list(self.percentiles):
+            ranks = list(self.percentiles)  # a numpy array too
+            bad = [p for p in ranks
+                   if isinstance(p, bool) or not isinstance(p, Real) or not 0 <= p <= 1]
+            if bad or not ranks:
                 raise DefinitionError.single(
                     subject, "percentiles", f"{self.percentiles!r} are not ranks in [0, 1]",
                     "give a non-empty list such as [0.5, 0.95]",
@@ -127,7 +131,9 @@ class Aggregation:
         if isinstance(self.buckets, str):
             raise fail("buckets", "is a single column, not a list",
                        f"write buckets=[{self.buckets!r}]")
-        assert self.buckets is not None
+        if not isinstance(self.buckets, Sequence):  # a set's order would name the outputs
+            raise fail("buckets", f"{self.buckets!r} is not a list of columns",
+                       "write buckets=['category'], a list: its order orders the outputs")
         buckets = tuple(self.buckets)
         if not buckets:
             raise fail("buckets", "is empty", "give at least one bucket column, or None")
