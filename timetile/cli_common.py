@@ -23,10 +23,10 @@ from rich.console import Console
 
 from timetile.api.errors import DefinitionError
 from timetile.api.join import Join
+from timetile.core.locations import write_problem
 from timetile.offline.report import BadInputError
 from timetile.online.store import StoreUnavailable
 from timetile.progress import JobProgress
-from timetile.spark.locations import write_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,7 +111,7 @@ def parse_day(option: str, value: str) -> date:
 def check_writable(option: str, location: str) -> None:
     """Raise a :class:`CliError` naming ``option`` if a local ``location`` cannot be written.
 
-    Checked before any job (see :func:`~timetile.spark.locations.write_problem`): else the
+    Checked before any job (see :func:`~timetile.core.locations.write_problem`): else the
     job would fail only when it writes, after all its work.
     """
     problem = write_problem(location)

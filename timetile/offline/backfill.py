@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
+from timetile.core.locations import write_problem
 from timetile.core.timeutil import DAY_MS, SECONDS_LIKE_MS, date_to_ms, ms_to_iso
 from timetile.offline.derivations import apply_derivations, check_plan
 from timetile.offline.entity_executor import entity_features, entity_output_fields
@@ -48,7 +49,6 @@ from timetile.offline.source_counts import count_sources
 from timetile.offline.sweep_executor import sweep_features, sweepable, sweeps
 from timetile.offline.tiled_executor import tiled_features
 from timetile.spark.entities import DAY
-from timetile.spark.locations import write_problem
 from timetile.spark.sources import TIME, quote
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Locations Spark writes to, checked before the job that writes them.
+"""Locations a job writes to, checked before the job: engine-free, for the CLI and Spark alike.
 
 A job that cannot write learns it only at the end, after all its work, from a Java stack
 trace: a local location is probed first instead.
