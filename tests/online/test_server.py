@@ -196,6 +196,24 @@ def test_unknown_join_is_404(client: TestClient) -> None:
     assert body["field"] == "join"
 
 
+@pytest.mark.parametrize(("request_line", "status", "field", "fix"), [
+    (("GET", "/v1/nothing", None), 404, "path", "POST /v1/features/{join} or GET /health"),
+    (("GET", "/v1/features/model", None), 405, "method", "use the method /docs gives"),
+    (("POST", "/v1/features/model", b'{"rows": [], "at": 1' + b"0" * 5000 + b"}"), 400, "body",
+     'send a JSON object such as {"rows": [{"user_id": 1, "seller_id": 1}]'),
+])
+def test_what_fastapi_refuses_is_answered_as_every_error(
+        client: TestClient, request_line: tuple[str, str, bytes | None], status: int,
+        field: str, fix: str) -> None:
+    """No such path, a wrong method, a body FastAPI cannot parse: the same error body."""
+    method, path, content = request_line
+    response = client.request(method, path, content=content,
+                              headers={"Content-Type": "application/json"})
+    body = error_of(response, status)
+    assert body["error"].startswith(f"{method} {path}: ")
+    assert (body["field"], body["fix"][:len(fix)]) == (field, fix)
+
+
 def test_not_uploaded_join_is_503(client: TestClient) -> None:
     body = error_of(post(client, [{"user_id": 1}], join="pending"), 503)
     assert body["error"].startswith("Join 'pending' is not ready: GroupBy never_uploaded")

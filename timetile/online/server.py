@@ -38,6 +38,7 @@ from typing import Annotated, Any
 from fastapi import Body, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from timetile import __version__
 from timetile.api.errors import DefinitionError
@@ -299,6 +300,12 @@ def _example(join: Join, rows: int) -> dict[str, Any]:
     return {"rows": [dict.fromkeys(keys, index + 1) for index in range(rows)], "at": EXAMPLE_AT}
 
 
+def _example_body(service: _Service) -> dict[str, Any]:
+    """Return a request body for the first served Join (any, when none is served)."""
+    served = next(iter(service.joins.values()), None)
+    return _example(served.join, rows=1) if served is not None else {"rows": [{"user_id": 1}]}
+
+
 def _add_error_handlers(app: FastAPI, service: _Service) -> None:
     """Answer every error as an :class:`ErrorBody`."""
 
@@ -326,9 +333,23 @@ def _add_error_handlers(app: FastAPI, service: _Service) -> None:
         content["problems"] = [{"field": f, "error": m} for f, m in problems]
         return JSONResponse(content, status_code=422)
 
+    async def http_error(request: Request, error: Exception) -> JSONResponse:
+        """FastAPI's own refusals (no such path, a wrong method, an unparsable body)."""
+        assert isinstance(error, StarletteHTTPException)
+        field, fix = {
+            404: ("path", "POST /v1/features/{join} or GET /health; see /docs"),
+            405: ("method", f"use the method /docs gives for {request.url.path}"),
+        }.get(error.status_code, ("body", "send a JSON object such as "
+                                          f"{json.dumps(_example_body(service))}; see /docs"))
+        body = ErrorBody(error=f"{request.method} {request.url.path}: {error.detail}",
+                         field=field, fix=fix)
+        return JSONResponse(body.model_dump(), status_code=error.status_code,
+                            headers=getattr(error, "headers", None))
+
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(StoreUnavailable, store_down)
     app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(StarletteHTTPException, http_error)
 
 
 def _problem(problem: Mapping[str, Any]) -> tuple[str, str]:
