@@ -33,6 +33,7 @@ from timetile.cli_common import (
 )
 from timetile.cli_render import format_float, print_features, print_upload
 from timetile.core.timeutil import SECONDS_LIKE_MS, ms_to_iso
+from timetile.core.windows import MAX_TIME, MIN_TIME
 from timetile.online.store import KVStore, local_store_path, open_store
 from timetile.progress import JobProgress
 
@@ -133,7 +134,7 @@ def parse_time(option: str, value: str) -> int:
            "epoch milliseconds, e.g. 1709294400000.")
     if _DIGITS.match(text):
         millis = int(text)
-        if not -(2**63) <= millis < 2**63:
+        if not MIN_TIME <= millis <= MAX_TIME:
             raise CliError(f"{option} {value!r} is beyond int64 milliseconds. {fix}")
         if abs(millis) < SECONDS_LIKE_MS:
             raise CliError(f"{option} {value!r} would be epoch milliseconds in 1970 to 1973: "

@@ -294,9 +294,13 @@ class TileWriter(StreamWriter):
 
         Each once: a key or the time column may be aggregated too.
         """
-        values = sorted({part for name in self.series for part in split_series(name)
-                         if part is not None})
-        return list(dict.fromkeys([*self.keys, self.time_column, *values]))
+        return list(dict.fromkeys([*self.keys, self.time_column, *self.value_columns]))
+
+    @property
+    def value_columns(self) -> list[str]:
+        """The aggregated and bucket columns, sorted: each once."""
+        return sorted({part for name in self.series for part in split_series(name)
+                       if part is not None})
 
     def check(self, events: pa.Table) -> None:
         """Refuse rows missing a column, or with value columns of other types than uploaded.
@@ -309,9 +313,7 @@ class TileWriter(StreamWriter):
 
         """
         super().check(events)
-        types = {name: events.schema.field(name).type
-                 for name in sorted({part for series in self.series
-                                     for part in split_series(series) if part is not None})}
+        types = {name: events.schema.field(name).type for name in self.value_columns}
         wrong = [f"{name!r} is {data_type}, the upload's is {self.meta.value_types[name]}"
                  for name, data_type in types.items()
                  if not _holds(data_type, self.meta.value_types[name])]

@@ -52,6 +52,7 @@ from timetile.api.group_by import GroupBy
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EntitySource, EventSource
 from timetile.core.timeutil import ms_to_iso, parse_duration
+from timetile.core.windows import MAX_TIME
 from timetile.online.entity_records import ROW_TIME, MutationWriter
 from timetile.online.layout import GroupByMeta, feature_signature
 from timetile.online.store import KVStore, open_store
@@ -334,7 +335,7 @@ def stream_writer(group_by: GroupBy, meta: GroupByMeta) -> StreamWriter:
 
 #: The furthest instant from the epoch, in milliseconds, that Spark's timestamps (int64
 #: microseconds) hold, rounded in to a whole millisecond.
-MAX_INSTANT_MS = (2**63 - 1) // 1000
+MAX_INSTANT_MS = MAX_TIME // 1000
 
 
 def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: GroupByMeta,
