@@ -188,3 +188,55 @@ def test_a_partials_path_that_cannot_work_is_refused(spark: Any, tmp_path: Path,
     join = tt.Join("bad", tt.EventSource(events.drop("amount")), [group_by])
     with pytest.raises(ValueError, match=match):
         tt.BackfillJob(join, spark, partials_path=location)  # type: ignore[arg-type]
+
+
+def test_a_table_is_known_by_what_it_names_not_how_it_is_written(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    """An unqualified table name under another current database names other data: its
+    partials are never shared. The same table named two ways shares them."""
+    day = date_to_ms("2024-01-01")
+    store = str(tmp_path / "partials")
+    amounts = {"first": 1.0, "second": 100.0}
+    for database, amount in amounts.items():
+        folder = tmp_path / database / "ev"
+        spark.createDataFrame([(1, day + 60_000, amount)], "user_id long, ts long, amount double"
+                              ).write.parquet(str(folder))
+        spark.sql(f"CREATE DATABASE {database}_db LOCATION '{tmp_path / database}/db'")
+        spark.sql(f"CREATE TABLE {database}_db.ev USING parquet LOCATION '{folder}'")
+    queries = tt.EventSource(spark.createDataFrame([(1, day + DAY_MS + 3_600_000)],
+                                                   "user_id long, ts long"))
+
+    def backfilled(table: str) -> tuple[list[str], list[str]]:
+        group_by = tt.GroupBy("spend", tt.EventSource(table), ["user_id"],
+                              [tt.Aggregation("amount", "sum", windows=["7d"])])
+        job = tt.BackfillJob(tt.Join("named", queries, [group_by]), spark,
+                             end="2024-01-02", partials_path=store)
+        return rows(job.dataframe()), job.report.notes
+
+    try:
+        for database, amount in amounts.items():
+            spark.catalog.setCurrentDatabase(f"{database}_db")
+            assert backfilled("ev")[0] == [f"(1, {day + DAY_MS + 3_600_000}, {amount})"]
+        reused = backfilled("spark_catalog.first_db.ev")  # the first table, fully qualified
+        assert reused[0] == [f"(1, {day + DAY_MS + 3_600_000}, 1.0)"]
+        assert any("1 days reused, 0 computed" in note for note in reused[1])
+    finally:
+        spark.catalog.setCurrentDatabase("default")
+        for database in amounts:
+            spark.sql(f"DROP DATABASE {database}_db CASCADE")
+
+
+def test_table_identity(spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A relative path is qualified from the driver JVM's folder, which a chdir in Python
+    does not move; a temporary view and a DataFrame have no identity."""
+    from timetile.spark.sources import table_identity
+
+    folder = spark.sparkContext._jvm.System.getProperty("user.dir")
+    monkeypatch.chdir(tmp_path)
+    assert table_identity(spark, "data/ev") == f"file:{folder}/data/ev"
+    assert table_identity(spark, "s3://bucket/ev") == "s3://bucket/ev"
+    frame = spark.createDataFrame([(1,)], "a long")
+    frame.createOrReplaceTempView("tt_identity_view")
+    assert table_identity(spark, "tt_identity_view") is None
+    assert table_identity(spark, "tt_no_such_table") is None
+    assert table_identity(spark, frame) is None

@@ -47,7 +47,7 @@ from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
 from timetile.offline.result_types import arrow_schema, arrow_value
 from timetile.spark.sorted_groups import Rows, map_groups, sorted_by_groups
-from timetile.spark.sources import TIME
+from timetile.spark.sources import TIME, table_identity
 
 log = logging.getLogger(__name__)
 
@@ -349,23 +349,17 @@ def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None
             .mapInArrow(HopPass(layout, arrow_schema(schema, rows.sparkSession), largest), schema))
 
 
-def _source_signature(plan: PartPlan) -> str:
+def _source_signature(plan: PartPlan, identity: str | None) -> str:
     """Describe what stored partials depend on in the source: table, time, select, where, keys.
 
-    A DataFrame source has no stable identity, so only its selection and filters count:
+    ``identity`` is the table's (:func:`~timetile.spark.sources.table_identity`); a source
+    without one (a DataFrame, a temporary view) counts only by its selection and filters:
     :func:`_stored_partials` says so in the report.
     """
     group_by = plan.part.group_by
-    table = _table_label(plan)
     key_types = [plan.events.schema[key].dataType.simpleString() for key in plan.keys]
-    return repr((table or "DataFrame", group_by.source.time_column, group_by.source.projection,
-                 group_by.source.filters, group_by.keys, key_types))
-
-
-def _table_label(plan: PartPlan) -> str | None:
-    """Return the source's table name or path, or None for a DataFrame."""
-    source = plan.part.group_by.source
-    return source.label if isinstance(getattr(source, "table", None), str) else None
+    return repr((identity or "DataFrame", group_by.source.time_column,
+                 group_by.source.projection, group_by.source.filters, group_by.keys, key_types))
 
 
 def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
@@ -382,9 +376,11 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
                          f"{plan.part.group_by.name} give {layout.hop_ms} ms")
     assert options.partials_path is not None
     name = plan.part.group_by.name
-    store = PartialStore.at(options.partials_path, name,
-                            layout.signature + _source_signature(plan))
     spark = events.sparkSession
+    source = plan.part.group_by.source
+    identity = table_identity(spark, getattr(source, "table", None))
+    store = PartialStore.at(options.partials_path, name,
+                            layout.signature + _source_signature(plan, identity))
     stored = store.stored_days(spark)
     days = {row[0] for row in events.select(epoch_day(F.col(TIME))).distinct().collect()}
     missing = sorted(days - stored)
@@ -406,10 +402,12 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
         f"computed and stored, in {store.location}"
         + (f"; {len(unlanded)} days computed but not stored, as they may still be landing "
            f"(from {ms_to_iso(unlanded[0] * DAY_MS)[:10]})" if unlanded else ""))
-    if _table_label(plan) is None:
-        message = (f"{name} reads a DataFrame, so its stored partials are known by the "
-                   "GroupBy's name and definition alone: another GroupBy of that name over "
-                   "other data must store its partials under another partials_path")
+    if identity is None:
+        read = (f"{source.label!r}, which names no stored table (a temporary view?)"
+                if isinstance(getattr(source, "table", None), str) else "a DataFrame")
+        message = (f"{name} reads {read}, so its stored partials are known by the GroupBy's "
+                   "name and definition alone: another GroupBy of that name over other data "
+                   "must store its partials under another partials_path")
         if message not in options.notes:
             log.warning("%s", message)
             options.notes.append(message)

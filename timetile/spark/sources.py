@@ -72,6 +72,42 @@ def read_table(spark: SparkSession, table: object) -> DataFrame:
     return spark.read.parquet(table) if is_path(table) else spark.table(table)
 
 
+def table_identity(spark: SparkSession, table: object) -> str | None:
+    """Return what names a table's data wherever the job runs from, or None if nothing does.
+
+    A table name becomes ``catalog.namespace.name`` (an unqualified name means another table
+    under another current database). A path without a scheme is qualified as Spark reads it:
+    the default filesystem's scheme, and a relative path from the driver's working folder (a
+    relative path means other files from another folder). A DataFrame, a temporary view (it
+    names a DataFrame of one session) or a name the catalog does not know has no identity:
+    None. One catalog or filesystem lookup; no job runs.
+    """
+    if not isinstance(table, str):
+        return None
+    if is_path(table):
+        return table if "://" in table else _qualified_path(spark, table)
+    try:
+        found = spark.catalog.getTable(table)
+    except AnalysisException:
+        return None
+    if found.isTemporary or found.namespace is None:
+        return None
+    return ".".join([found.catalog or "", *found.namespace, found.name])
+
+
+def _qualified_path(spark: SparkSession, path: str) -> str:
+    """Return ``path`` as Hadoop qualifies it: ``file:/work/ev`` for ``ev`` from ``/work``.
+
+    As given where the session has no JVM to ask (Spark Connect).
+    """
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return path
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    filesystem = hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration())
+    return str(filesystem.makeQualified(hadoop_path).toString())
+
+
 #: Internal columns start with this; source columns may not.
 RESERVED_PREFIX = "_tt_"
 #: Session time zones in which offset-less strings and TIMESTAMP_NTZ values read as UTC.
