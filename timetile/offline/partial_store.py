@@ -51,14 +51,13 @@ class PartialStore:
         return {row[0] for row in frame.select(EPOCH_DAY).distinct().collect()}
 
     def write(self, partials: DataFrame) -> None:
-        """Write partials (with an :data:`EPOCH_DAY` column), replacing the days they cover."""
-        spark = partials.sparkSession
-        previous = spark.conf.get("spark.sql.sources.partitionOverwriteMode")
-        spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-        try:
-            (partials.write.mode("overwrite").partitionBy(EPOCH_DAY).parquet(self.location))
-        finally:
-            spark.conf.set("spark.sql.sources.partitionOverwriteMode", previous or "static")
+        """Write partials (with an :data:`EPOCH_DAY` column), replacing the days they cover.
+
+        Dynamic partition overwrite is this write's option, so the session's setting is
+        neither read nor changed (another job of the session may be writing).
+        """
+        (partials.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
+         .partitionBy(EPOCH_DAY).parquet(self.location))
 
     def read(self, spark: SparkSession) -> DataFrame:
         """Every stored partial."""
