@@ -98,6 +98,26 @@ def test_every_source_is_counted_apart(spark: Any) -> None:
     assert latest == {"left": 30, "views": 8, "clicks": None}
 
 
+def test_left_rows_outside_the_range_are_counted(spark: Any) -> None:
+    """Rows not asked for are not left out, but the report says how many there were."""
+    day = 1_704_067_200_000  # 2024-01-01
+    left = spark.createDataFrame([(1, day + offset * 86_400_000) for offset in (0, 1, 1, 2)]
+                                 + [(1, None)], "user_id long, ts long")
+    events = spark.createDataFrame([(1, day, 1.0)], "user_id long, ts long, amount double")
+    group_by = tt.GroupBy("g", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("amount", "sum", windows=["7d"])])
+    job = tt.BackfillJob(tt.Join("ranged", tt.EventSource(left), [group_by]), spark,
+                         start="2024-01-02", end="2024-01-02")
+    assert job.dataframe().count() == 2
+    (counted, _) = job.report.sources
+    assert (counted.rows, counted.without_time, counted.outside_range) == (5, 1, 2)
+    assert counted.left_out == 1  # not asked for is not left out
+    assert "left (a DataFrame): 5 rows read, 1 left out: time null or unparseable, 2 outside " \
+        "[start, end]: not returned" in job.report.lines()[1]
+    assert "2 left rows outside [start, end] and 1 without time are not returned" in \
+        job.report.notes
+
+
 @pytest.mark.parametrize(("side", "kind", "match"), [
     ("events", "int", r"parts\[0\]\.source\.time_column: 'ts' is int: epoch milliseconds need a "
      r"bigint.*Fix: .*\{'ts': 'timestamp_seconds\(ts\)'\} if seconds"),

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -143,7 +143,8 @@ class BackfillJob:
             self.range_ms = (_shifted(self.range_ms[0]), _shifted(self.range_ms[1]))
         self.options = replace(self.options, landed_before=self._events_before())
         with self.report.stage("count input"):
-            self.report.sources.extend(count_sources(self.plan, self._bounded_keys()))
+            self.report.sources.extend(count_sources(self.plan, self._bounded_keys(),
+                                                     self._asked()))
         self._check_input(strict)
         with self.report.stage("find snapshot days"):
             self._check_snapshots(strict)
@@ -235,17 +236,22 @@ class BackfillJob:
             self.report.notes.append(message)
         self.plan = replace(self.plan, parts=tuple(parts))
 
-    def _kept_left(self) -> DataFrame:
-        """Return the left rows in [start, end] (all of them without a range)."""
+    def _asked(self) -> Column | None:
+        """Return what is true for the left rows in [start, end]; None without a range."""
         if self.range_ms is None:
-            return self.plan.left
+            return None
         low, high = self.range_ms
         kept = F.lit(True)
         if low is not None:
             kept &= F.col(TIME) >= low
         if high is not None:
             kept &= F.col(TIME) < high
-        return self.plan.left.where(kept)
+        return kept
+
+    def _kept_left(self) -> DataFrame:
+        """Return the left rows in [start, end] (all of them without a range)."""
+        asked = self._asked()
+        return self.plan.left if asked is None else self.plan.left.where(asked)
 
     def dataframe(self) -> DataFrame:
         """Return the output DataFrame. Lazy: Spark runs it when you write or collect it.
@@ -256,7 +262,8 @@ class BackfillJob:
         left = self._kept_left()
         untimed = self.report.sources[0].without_time
         if self.range_ms is not None:
-            note = "left rows outside [start, end] and without time are not returned"
+            note = (f"{self.report.sources[0].outside_range:,} left rows outside [start, end] "
+                    f"and {untimed:,} without time are not returned")
         else:
             note = f"{untimed:,} left rows without time are returned with null features"
         if note not in self.report.notes and (untimed or self.range_ms is not None):
@@ -427,15 +434,16 @@ class BackfillJob:
 
         Under ``auto``, a part whose features the sweep mostly computes, but not all, gets
         ``sweep+`` the other executor: :func:`_pieces` splits its features between the two.
-        A part has at most as many distinct queries as the left has timed rows (counted
-        already), so its queries are counted (one job) only when those are more than
+        A part has at most as many distinct queries as the left has timed rows in [start, end]
+        (counted already), so its queries are counted (one job) only when those are more than
         :data:`BROADCAST_QUERY_LIMIT`.
         """
         if self.executor != AUTO:
             return self.executor
         if sweepable(part):
             return "sweep"
-        small = self.report.sources[0].usable <= BROADCAST_QUERY_LIMIT
+        left_rows = self.report.sources[0]
+        small = left_rows.usable - left_rows.outside_range <= BROADCAST_QUERY_LIMIT
         if not small:
             with self.report.stage("count queries"):
                 small = queries.limit(BROADCAST_QUERY_LIMIT + 1).count() <= BROADCAST_QUERY_LIMIT

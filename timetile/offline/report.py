@@ -29,6 +29,8 @@ class SourceCounts:
             (:func:`timetile.offline.hot_keys.key_bucket`): no key has more rows.
         latest_integer_time: the latest time, if the source gives its time as integers
             (epoch milliseconds); None otherwise, or when no row has one.
+        outside_range: of the left's timed rows, those outside the job's [start, end]: not
+            asked for, so not returned (and not counted as left out).
 
     """
 
@@ -40,6 +42,7 @@ class SourceCounts:
     time: str = "time"
     fullest_bucket: Mapping[tuple[str, ...], int] = field(default_factory=dict, hash=False)
     latest_integer_time: int | None = None
+    outside_range: int = 0
 
     @property
     def left_out(self) -> int:
@@ -97,6 +100,8 @@ class JobReport:
                 line += f", {source.without_time:,} left out: {source.time} null or unparseable"
             if source.without_key:
                 line += f", {source.without_key:,} left out: key null"
+            if source.outside_range:
+                line += f", {source.outside_range:,} outside [start, end]: not returned"
             out.append(line)
         out += [f"  stage {name}: {seconds:.2f}s" for name, seconds in self.stage_seconds.items()]
         out += [f"  note: {note}" for note in self.notes]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from timetile.offline.hot_keys import key_bucket
@@ -15,12 +16,14 @@ from timetile.offline.plan import BackfillPlan
 from timetile.offline.report import SourceCounts
 
 
-def count_sources(plan: BackfillPlan,
-                  bounded: Mapping[int, Collection[tuple[str, ...]]]) -> list[SourceCounts]:
+def count_sources(plan: BackfillPlan, bounded: Mapping[int, Collection[tuple[str, ...]]],
+                  left_asked: Column | None = None) -> list[SourceCounts]:
     """Count every source's rows, those it cannot use, and its fullest key buckets: one job.
 
     It also finds the latest time of each source that gives its time as integers
-    (:attr:`SourceCounts.latest_integer_time`).
+    (:attr:`SourceCounts.latest_integer_time`) and, given ``left_asked`` (true for the left
+    rows in the job's range), the left's timed rows outside it
+    (:attr:`SourceCounts.outside_range`).
 
     ``bounded`` names, per index into ``plan.counted``, the tuples of key columns whose
     fullest bucket to find (:attr:`SourceCounts.fullest_bucket`): a source's usable rows are
@@ -38,9 +41,12 @@ def count_sources(plan: BackfillPlan,
                         else source.integer_time)
         flags = [source.placed.alias("_tt_placed"), no_key.alias("_tt_no_key"),
                  integer_time.alias("_tt_integer_time")]
+        asked = left_asked if index == 0 and left_asked is not None else F.lit(True)
+        flags.append(asked.alias("_tt_asked"))
         placed, keyless = F.col("_tt_placed"), F.col("_tt_no_key")
         counts = [F.count(F.lit(1)).alias("rows"), F.count_if(~placed).alias("without_time"),
                   F.count_if(placed & keyless).alias("without_key"),
+                  F.count_if(placed & ~F.col("_tt_asked")).alias("outside"),
                   F.max("_tt_integer_time").alias("latest")]
         tag = [F.lit(index).alias("source")]
         if not bounded.get(index):  # one aggregate: no shuffle of buckets
@@ -54,7 +60,7 @@ def count_sources(plan: BackfillPlan,
                 .agg(*counts, F.count_if(placed & ~keyless).alias("usable"))
                 .agg(*tag, F.lit(position).alias("keys"),
                      *[F.coalesce(F.sum(name), F.lit(0)).alias(name)  # 0, not null, if empty
-                       for name in ("rows", "without_time", "without_key")],
+                       for name in ("rows", "without_time", "without_key", "outside")],
                      F.max("latest").alias("latest"), F.max("usable").alias("fullest")))
     union = tallies[0]
     for tally in tallies[1:]:
@@ -66,5 +72,6 @@ def count_sources(plan: BackfillPlan,
         fullest = {keys: rows[(index, position)]["fullest"] or 0
                    for position, keys in enumerate(sorted(bounded.get(index, ())))}
         found.append(SourceCounts(source.role, source.label, row["rows"], row["without_time"],
-                                  row["without_key"], source.time, fullest, row["latest"]))
+                                  row["without_key"], source.time, fullest, row["latest"],
+                                  row["outside"]))
     return found
