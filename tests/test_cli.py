@@ -455,3 +455,8 @@ def test_consistency_of_logged_fetches(runner: CliRunner, spark: SparkSession, d
     stderr = error_of(runner, ["consistency", str(defs), "--logs", str(tmp_path / "none")])
     assert "No response logs of Join 'tiny_model' under" in stderr
     assert "Fix: serve with --log-dir" in stderr
+    (tmp_path / "taken").write_text("")  # refused before Spark starts, not after the job
+    stderr = error_of(runner, ["consistency", str(defs), "--logs", str(logs),
+                               "--output", str(tmp_path / "taken")])
+    assert "--output" in stderr
+    assert "is a file, not a folder" in stderr

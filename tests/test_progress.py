@@ -81,6 +81,21 @@ def test_live_display_polls_and_stops_cleanly() -> None:
     assert "Spark jobs 7,8: 5/12 tasks, 3 running" in text
 
 
+def test_nested_stages_each_end_done() -> None:
+    """A caller's stage around one of timetile's (consistency inside "nightly"): the inner
+    one ending must not leave the outer one spinning, and Spark's tasks go to the inner."""
+    console, _ = terminal()
+    with JobProgress(None, console, poll_seconds=0.01) as progress:
+        with progress.stage("nightly"):
+            with progress.stage("read logs"):
+                assert len(progress._running) == 2
+            assert len(progress._running) == 1
+        assert progress._progress is not None
+        tasks = progress._progress.tasks
+        assert [task.description for task in tasks] == ["nightly", "read logs"]
+        assert all(task.finished for task in tasks)
+
+
 def test_live_display_survives_a_broken_tracker() -> None:
     console, out = terminal()
     with (JobProgress(fake_spark(BrokenTracker()), console, poll_seconds=0.01) as progress,

@@ -348,6 +348,8 @@ def consistency(
         chosen = pick_join(defs, load_joins(defs), join)
         try:
             logs_path(logs, chosen.name)  # fail before Spark starts
+            if output is not None:
+                check_writable("--output", str(output))
             with JobProgress(None, out) as progress, spark_session(progress) as spark:
                 report = check(chosen, spark, logs, output=output, progress=progress)
         except ConsistencyError as error:

@@ -104,7 +104,7 @@ class JobProgress:
         self.poll_seconds = poll_seconds
         self.live = self.console.is_terminal and not self.console.is_dumb_terminal
         self._progress: Progress | None = None
-        self._current: TaskID | None = None
+        self._running: list[TaskID] = []  # the stages begun and not ended, innermost last
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -156,11 +156,13 @@ class JobProgress:
     def stage(self, name: str) -> Iterator[None]:
         """Show ``name`` as the running stage until the block ends, then mark it done."""
         began = time.perf_counter()
+        task: TaskID | None = None
         if self._progress is None:
             self.console.print(f"timetile: {name} ...", highlight=False, markup=False)
         else:
             with self._lock:
-                self._current = self._progress.add_task(escape(name), total=None, spark="")
+                task = self._progress.add_task(escape(name), total=None, spark="")
+                self._running.append(task)
         failed = True
         try:
             yield
@@ -171,15 +173,15 @@ class JobProgress:
             if self._progress is None:
                 self.console.print(f"timetile: {name} {outcome} in {seconds:.1f}s",
                                    highlight=False, markup=False)
-            else:
-                self._finish(name, failed)
+            elif task is not None:
+                self._finish(task, name, failed)
 
-    def _finish(self, name: str, failed: bool) -> None:
+    def _finish(self, task: TaskID, name: str, failed: bool) -> None:
         assert self._progress is not None
         with self._lock:
-            task, self._current = self._current, None
-        if task is None:
-            return
+            if task not in self._running:  # the display was closed under the stage
+                return
+            self._running.remove(task)
         label = f"[red]{escape(name)} (failed)[/]" if failed else escape(name)
         self._progress.update(task, description=label, total=1, completed=1, spark="")
         self._progress.stop_task(task)
@@ -197,10 +199,10 @@ class JobProgress:
             except Exception:  # the session stopped under us: stop polling
                 return
             with self._lock:
-                if self._progress is None or self._current is None:
+                if self._progress is None or not self._running:
                     continue
                 if tasks.total:
-                    self._progress.update(self._current, total=tasks.total,
+                    self._progress.update(self._running[-1], total=tasks.total,
                                           completed=tasks.done, spark=tasks.describe())
                 else:
-                    self._progress.update(self._current, total=None, spark="")
+                    self._progress.update(self._running[-1], total=None, spark="")

@@ -133,7 +133,8 @@ def test_every_logged_row_matches_the_backfill(served: Served) -> None:
     assert report.feature("users_item_histogram_1d").smape_mean is None
     assert report.summary().startswith(f"{len(report.features)} of {len(report.features)} "
                                        "features match exactly on all")
-    assert f"{served.stale} stale rows left out" in report.summary()
+    assert (f"; up to {served.stale} of them stale, not compared for their stale GroupBy's "
+            "features") in report.summary()
     assert sum(point.rows for point in report.timeline) == (
         (served.rows - served.stale) * len(report.features))
     assert all(point.mismatches == 0 for point in report.timeline)
@@ -203,27 +204,65 @@ def test_a_tampered_value_is_one_mismatch(spark: SparkSession, served: Served,
 
 def test_unreadable_logged_rows_are_counted_not_compared(
         spark: SparkSession, served: Served, tmp_path: Path) -> None:
-    """Rows without keys or time, or with keys of another Join, are left out and said so."""
+    """Rows without keys, time or features, or with keys of another Join, are left out and
+    said so; a key 7.5 is not key 7, and features that are not a JSON object were never
+    served (they are not "served null")."""
     logs = tmp_path / "logs"
     shutil.copytree(served.logs, logs)
     row = pq.read_table(served.logs / served.join.name).to_pylist()[0]
     [key] = json.loads(row["keys"])
     odd = [{**row, "keys": None}, {**row, "request_time": None},
-           {**row, "keys": json.dumps({key: "abc"})}, {**row, "keys": json.dumps({"uid": 1})}]
+           {**row, "keys": json.dumps({key: "abc"})}, {**row, "keys": json.dumps({"uid": 1})},
+           {**row, "keys": json.dumps({key: 7.5})}, {**row, "features": None},
+           {**row, "features": "{not json"}, {**row, "features": "[1, 2]"},
+           {**row, "stale": None}]
     pq.write_table(pa.Table.from_pylist(
         [{**odd_row, "request_id": f"odd-{index}"} for index, odd_row in enumerate(odd)],
         schema=SCHEMA), logs / served.join.name / "part-9999999999999-000000.parquet")
     report = consistency(served.join, spark, logs)
     assert report.rows == served.rows
-    assert report.left_out == 4
+    assert report.left_out == 9
     assert not any(entry.mismatches for entry in report.features)
-    assert report.summary().endswith("; 4 logged rows unreadable (no keys or time, or keys "
-                                     "that are not the Join's) left out")
+    assert report.summary().endswith("; 9 logged rows unreadable (no keys, time or features, "
+                                     "or keys that are not the Join's) left out")
+
+
+def test_a_reused_request_id_keeps_each_rows_bounds(spark: SparkSession, served: Served,
+                                                    tmp_path: Path) -> None:
+    """A ResponseLog user's request counter restarted: approximate ops still get each
+    logged row's own truth, not another row's of the same (request_id, row_index)."""
+    table = pq.read_table(served.logs / served.join.name)
+    (tmp_path / "logs" / served.join.name).mkdir(parents=True)
+    pq.write_table(table.set_column(table.schema.get_field_index("request_id"), "request_id",
+                                    pa.array(["request-0"] * table.num_rows)),
+                   tmp_path / "logs" / served.join.name / "part-0-000000.parquet")
+    report = consistency(served.join, spark, tmp_path / "logs")
+    assert report.rows == served.rows
+    assert [entry.feature for entry in report.features if entry.mismatches] == []
+
+
+def test_logs_of_another_join_are_refused(spark: SparkSession, served: Served,
+                                          tmp_path: Path) -> None:
+    table = pq.read_table(served.logs / served.join.name)
+    (tmp_path / "logs" / served.join.name).mkdir(parents=True)
+    pq.write_table(table.set_column(table.schema.get_field_index("keys"), "keys",
+                                    pa.array(['{"uid": 1}'] * table.num_rows)),
+                   tmp_path / "logs" / served.join.name / "part-0-000000.parquet")
+    with pytest.raises(ConsistencyError, match=r"None of the \d+ usable logged rows holds "
+                                               r"Join 'online'\'s keys \(user_id, .*Fix: pass "
+                                               "the definitions of the Join that served"):
+        consistency(served.join, spark, tmp_path / "logs")
 
 
 def test_errors_name_the_logs(spark: SparkSession, served: Served, tmp_path: Path) -> None:
     with pytest.raises(ConsistencyError, match="No response logs of Join 'online' under"):
         consistency(served.join, spark, tmp_path)
+    with pytest.raises(ConsistencyError, match=r"No response logs under file:.*/online: the "
+                                               "path does not exist"):
+        consistency(served.join, spark, f"file:{tmp_path}")
+    (tmp_path / "taken").write_text("")
+    with pytest.raises(ConsistencyError, match=r"The output .*taken .*is a file, not a folder"):
+        consistency(served.join, spark, served.logs, output=tmp_path / "taken" / "report")
     logs = tmp_path / "logs"
     shutil.copytree(served.logs, logs)
     (logs / served.join.name / "part-9999999999999-000001.parquet").write_text("garbage")
@@ -271,6 +310,8 @@ def test_distances() -> None:
     assert smape(-0.0, 0.0) == 0.0
     assert smape(math.inf, math.inf) == 0.0
     assert smape(math.inf, 1.0) == 2.0
+    assert smape(5e-324, 0.0) == smape(1e308, -1e308) == 2.0  # no underflow, no overflow
+    assert smape(1.7e308, 1.6e308) == pytest.approx(0.1 / 1.65)
     assert edit_distance(["a", "b", "c"], ["b", "c", "d"]) == 2
     assert edit_distance([math.nan], [math.nan]) == 0
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -44,6 +44,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from timetile.api.join import Join, JoinPart
 from timetile.api.sources import EventSource
 from timetile.core.aggregators.sketches import KLL_RANK_ERROR
+from timetile.core.locations import write_problem
 from timetile.core.timeutil import HOUR_MS
 from timetile.offline.backfill import backfill
 from timetile.online.response_log import SCHEMA
@@ -75,7 +76,8 @@ HISTOGRAM_BINS = 20
 TIMELINE_FEATURES = 5
 
 #: The log columns a left row carries through the backfill; key columns may not take them.
-LOG_COLUMNS = ("request_id", "row_index", "request_time", "log_features", "log_stale")
+LOG_COLUMNS = ("request_id", "row_index", "request_time", "log_keys", "log_features",
+               "log_stale")
 
 
 class ConsistencyError(Exception):
@@ -101,6 +103,10 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
     stage: Callable[[str], AbstractContextManager[Any]] = (
         progress.stage if progress is not None else lambda _: nullcontext())
     path = logs_path(logs_dir, join.name)
+    if output is not None:
+        problem = write_problem(os.fspath(output))
+        if problem is not None:
+            raise ConsistencyError(f"The output {os.fspath(output)} {problem}")
     with stage("read logs"):
         logs, unusable = _read_logs(spark, path)
         left, unreadable = _left_rows(spark, join, logs)
@@ -148,35 +154,43 @@ def logs_path(logs_dir: str | os.PathLike[str], join: str) -> str:
 
 
 def _read_logs(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
-    """Return the log rows that have keys and a time, and how many do not (one job).
+    """Return the log rows with keys, a time and readable features; count the rest (one job).
 
     Raises:
-        ConsistencyError: the files are not response logs, or no row has keys and a time.
+        ConsistencyError: no logs at ``path``, files that are not response logs, or no row
+            has keys, a time and features.
 
     """
-    logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(path)
+    usable = (F.col("keys").isNotNull() & F.col("request_time").isNotNull()
+              & F.col("row_index").isNotNull() & F.col("stale").isNotNull()
+              # a JSON object of features: what the Fetcher logs, so never null
+              & F.from_json("features", T.MapType(T.StringType(), T.StringType())).isNotNull())
     try:
+        logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(path)
         row = logs.agg(F.count(F.lit(1)).alias("rows"),
-                       F.count_if(F.col("keys").isNull() | F.col("request_time").isNull()
-                                  | F.col("row_index").isNull()).alias("unusable"),
-                       F.count_if(F.col("features").isNull() | F.col("stale").isNull())
-                       .alias("unread")).first()  # reads every column: corrupt files fail
+                       F.count_if(~F.coalesce(usable, F.lit(False))).alias("unusable"),
+                       ).first()  # reads every column: corrupt files fail
     except (PySparkException, Py4JJavaError) as error:
+        if isinstance(error, AnalysisException) and error.getCondition() == "PATH_NOT_FOUND":
+            raise ConsistencyError(
+                f"No response logs under {path}: the path does not exist. Fix: serve with "
+                "--log-dir (or log fetches with a ResponseLog) first, or pass the directory "
+                "that holds the Join's folder") from None
         raise ConsistencyError(
             f"Cannot read the response logs under {path}: {_cause(error)}. Fix: remove or "
             "repair the files that are not response logs (ResponseLog writes "
             "part-*.parquet files of its SCHEMA)") from None
     assert row is not None
     if row["unusable"]:
-        log.warning("%s: %s of %s logged rows have no keys, row index or request time and are "
-                    "left out", path, f"{row['unusable']:,}", f"{row['rows']:,}")
+        log.warning("%s: %s of %s logged rows have no keys, row index, request time or "
+                    "readable features and are left out", path, f"{row['unusable']:,}",
+                    f"{row['rows']:,}")
     if row["rows"] == row["unusable"]:
         raise ConsistencyError(
             f"The response logs under {path} hold no usable row ({row['rows']} rows, "
-            f"{row['unusable']} without keys or request time). Fix: serve some requests with "
-            "logging on first")
-    return logs.where(F.col("keys").isNotNull() & F.col("request_time").isNotNull()
-                      & F.col("row_index").isNotNull()), int(row["unusable"])
+            f"{row['unusable']} without keys, request time or readable features). Fix: serve "
+            "some requests with logging on first")
+    return logs.where(usable), int(row["unusable"])
 
 
 _JAVA_ERROR = re.compile(r"^(Caused by: )?[\w.$]+(Exception|Error): (.+)$")
@@ -196,6 +210,10 @@ def _left_rows(spark: SparkSession, join: Join, logs: DataFrame) -> tuple[DataFr
 
     A row whose keys lack one of the Join's, or hold a value that does not read as its
     column's type, was not a fetch of this Join's keys: it is left out, and counted (one job).
+
+    Raises:
+        ConsistencyError: no row holds this Join's keys.
+
     """
     keys = list(dict.fromkeys(key for part in join.join_parts for key in part.left_keys))
     taken = sorted(set(keys) & set(LOG_COLUMNS))
@@ -219,14 +237,21 @@ def _left_rows(spark: SparkSession, join: Join, logs: DataFrame) -> tuple[DataFr
             text.isNull() | _typed(text, schema[key].dataType).isNotNull())
     rows = logs.select(
         *(_typed(parsed.getItem(key), schema[key].dataType).alias(key) for key in keys),
-        "request_id", "row_index", "request_time",
+        "request_id", "row_index", "request_time", F.col("keys").alias("log_keys"),
         F.col("features").alias("log_features"), F.col("stale").alias("log_stale"),
         F.coalesce(readable, F.lit(False)).alias("_tt_readable"))
-    unreadable = rows.agg(F.count_if(~F.col("_tt_readable"))).first()[0]  # type: ignore[index]
+    counted = rows.agg(F.count(F.lit(1)), F.count_if(~F.col("_tt_readable"))).first()
+    assert counted is not None
+    total, unreadable = int(counted[0]), int(counted[1] or 0)
+    if unreadable == total:
+        raise ConsistencyError(
+            f"None of the {total:,} usable logged rows holds Join {join.name!r}'s keys "
+            f"({', '.join(keys)}, each of its left column's type). Fix: pass the definitions "
+            "of the Join that served these logs")
     if unreadable:
         log.warning("%s of the logged rows have keys that are not Join %r's key columns; "
                     "they are left out", f"{unreadable:,}", join.name)
-    return rows.where("_tt_readable").drop("_tt_readable"), int(unreadable or 0)
+    return rows.where("_tt_readable").drop("_tt_readable"), unreadable
 
 
 def _left_schema(spark: SparkSession, join: Join) -> T.StructType:
@@ -237,10 +262,14 @@ def _left_schema(spark: SparkSession, join: Join) -> T.StructType:
 
 
 def _typed(text: Column, data_type: T.DataType) -> Column:
-    """Cast a logged key (JSON text) to ``data_type``; integral keys accept ``7.0`` too."""
+    """Cast a logged key (JSON text) to ``data_type``, null where it is not one.
+
+    Integral keys accept ``7.0`` too, but ``7.5`` is no key of the type (null), not 7.
+    """
     if isinstance(data_type, (T.LongType, T.IntegerType, T.ShortType, T.ByteType)):
+        decimal = text.try_cast("decimal(38,6)")
         return F.coalesce(text.try_cast(data_type),
-                          text.try_cast("decimal(38,6)").try_cast(data_type))
+                          F.when(decimal == F.floor(decimal), decimal.try_cast(data_type)))
     return text.try_cast(data_type)
 
 
@@ -284,10 +313,13 @@ def _compared(join: Join, spark: SparkSession, left: DataFrame
     if approx_parts:
         truth = percentile_rank_bounds(Join(join.name, logged.left, approx_parts), spark,
                                        KLL_RANK_ERROR)
-        bounds = truth.select("request_id", "row_index", *(
+        # a logged row is known by all of these: a request id may be reused (a ResponseLog
+        # user's counter restarted), and rows equal in all of them have the same truth
+        logged_row = ["request_id", "row_index", "request_time", "log_keys"]
+        bounds = truth.select(*logged_row, *(
             F.col(name).alias(f"_tt_b{index}") for index, (name, _, op) in enumerate(named)
-            if op in APPROX_CHECKS)).dropDuplicates(["request_id", "row_index"])
-        frame = frame.join(bounds, on=["request_id", "row_index"], how="left")
+            if op in APPROX_CHECKS)).dropDuplicates(logged_row)
+        frame = frame.join(bounds, on=logged_row, how="left")
     schema = frame.schema
     specs = [FeatureSpec(
         name, group_by, op, f"_tt_f{index}", schema[f"_tt_f{index}"].dataType,

@@ -119,15 +119,16 @@ class ConsistencyReport:
     Attributes:
         join: the Join's name.
         logs: the folder the logged rows were read from.
-        rows: logged rows compared (each against every feature).
+        rows: logged rows read, each compared against every feature but those of a GroupBy
+            it lists as stale.
         features: one entry per feature, in ``join.output_columns()`` order.
         timeline: per hour of request time, compared (feature, row) pairs and mismatches.
         feature_timelines: the same per feature, for the features that mismatch most.
         histograms: per numeric feature with a finite difference, its distribution.
         output: where the table and the HTML report were written, or None.
-        left_out: logged rows not compared: without keys, row index or request time, or
-            with keys that do not read as the Join's key columns (a missing key, a value of
-            another type).
+        left_out: logged rows not compared: without keys, row index, request time or
+            features that read as a JSON object, or with keys that do not read as the Join's
+            key columns (a missing key, a value of another type).
 
     """
 
@@ -170,10 +171,11 @@ class ConsistencyReport:
         if any(entry.check == BOUND for entry in self.features):
             line += " (approximate ops: within their error bounds)"
         if self.stale_rows:
-            line += f"; {self.stale_rows:,} stale rows left out"
+            line += (f"; up to {self.stale_rows:,} of them stale, not compared for their "
+                     "stale GroupBy's features")
         if self.left_out:
-            line += (f"; {self.left_out:,} logged rows unreadable (no keys or time, or keys "
-                     "that are not the Join's) left out")
+            line += (f"; {self.left_out:,} logged rows unreadable (no keys, time or features, "
+                     "or keys that are not the Join's) left out")
         return line
 
     def table(self) -> pa.Table:

@@ -104,14 +104,22 @@ def smape(served: float, offline: float) -> float:
     In ``[0, 2]``: 0 when equal (both zero, equal infinities and both NaN included), 2 at
     most, which is also what a NaN or an infinity against anything else gets.
 
+    Numbers so small or so large that the sum would underflow or overflow are scaled by the
+    larger magnitude first.
+
     >>> smape(110.0, 100.0), smape(0.0, 0.0), smape(float("nan"), 1.0), smape(-1.0, 1.0)
     (0.09523809523809523, 0.0, 2.0, 2.0)
+    >>> smape(5e-324, 0.0), smape(1e308, -1e308), round(smape(1.7e308, 1.6e308), 4)
+    (2.0, 2.0, 0.0606)
     """
     if served == offline or (math.isnan(served) and math.isnan(offline)):
         return 0.0
     if not (math.isfinite(served) and math.isfinite(offline)):
         return 2.0
-    return abs(served - offline) / ((abs(served) + abs(offline)) / 2)
+    if not 1e-300 < abs(served) + abs(offline) < math.inf:
+        scale = max(abs(served), abs(offline))  # > 0: they differ
+        served, offline = served / scale, offline / scale
+    return min(2.0, abs(served - offline) / ((abs(served) + abs(offline)) / 2))
 
 
 def difference(served: float, offline: float) -> float | None:
