@@ -34,7 +34,7 @@ from timetile.cli_common import (
 from timetile.cli_render import format_float, print_features, print_upload
 from timetile.core.timeutil import SECONDS_LIKE_MS, ms_to_iso
 from timetile.core.windows import MAX_TIME, MIN_TIME
-from timetile.online.store import KVStore, local_store_path, open_store
+from timetile.online.store import KVStore, local_store_path, open_store, redacted_uri
 from timetile.progress import JobProgress
 
 if TYPE_CHECKING:
@@ -458,7 +458,8 @@ def stream(
             except LookupError as error:
                 raise CliError(f"{str(error).partition('. Fix:')[0]}. Fix: run timetile upload "
                                f"{defs} --ds YYYY-MM-DD --store {store}.") from None
-            out.print(f"streaming {group_by} from {parsed.describe()} into {store}",
+            out.print(f"streaming {group_by} from {parsed.describe()} into "
+                      f"{redacted_uri(store)}",
                       markup=False, highlight=False)
             try:
                 running.await_termination()

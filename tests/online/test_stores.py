@@ -167,6 +167,13 @@ def test_expiry_is_exact_where_scores_round(store: KVStore) -> None:
     assert store.get_tiles("clicks", [b"a"], MAX, MAX) == [[]]  # end is exclusive: MAX stays
 
 
+def test_expiry_at_the_first_double_that_rounds(store: KVStore) -> None:
+    # -2**53 - 1 rounds to -2**53's double: a cut at exactly -2**53 must still take it.
+    store.put_tiles("clicks", [(b"a", start, b"", b"v") for start in (-2**53 - 1, -2**53)])
+    assert store.expire_tiles("clicks", -2**53) == 1
+    assert store.get_tiles("clicks", [b"a"], MIN, MAX) == [[(-2**53, b"", b"v")]]
+
+
 def test_expiry_of_a_key_with_many_tiles(store: KVStore) -> None:
     store.put_tiles("clicks", [(b"a", start, b"m", b"v") for start in range(2_500)])
     assert store.expire_tiles("clicks", 2_400) == 2_400

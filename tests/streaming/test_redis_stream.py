@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,51 @@ def test_redis_stream_equals_backfill(world: World, spark: Any, redis_url: str, 
     assert stream.totals.not_written == 0
     bad = mismatches(world, store)
     assert not bad, f"{len(bad)} mismatches, e.g. {bad[:5]}"
+
+
+@pytest.mark.parametrize("layout", ["fields", "json"])
+def test_entries_that_cannot_be_read_whole_are_unusable(world: World, spark: Any,
+                                                         redis_url: str, tmp_path: Path,
+                                                         layout: str) -> None:
+    """Bytes that are not UTF-8 must not fail the batch (and every restart), and a JSON
+    value of the wrong type must not be written as null: both count as unusable, as the
+    file source counts such lines."""
+    normal = next(row for row in world.rows if row["ts"] is not None
+                  and row["user_id"] is not None and row["amount"] is not None)
+    good = entry(normal, layout)
+    not_utf8: dict[str, Any] = ({**good, "amount": b"\xe9"} if layout == "fields" else
+                                {"json": good["json"].encode()[:-1] + b', "x": "\xe9"}'})
+    bad = [not_utf8]
+    if layout == "json":
+        bad.append(entry({**normal, "amount": "abc"}, layout))
+    key = f"unreadable-{layout}"
+    with redis.Redis.from_url(redis_url) as client:
+        client.delete(key)
+        for fields in (good, *bad, good):
+            client.xadd(key, fields)
+    stream = stream_group_by(world.group_by, spark,
+                             parse_source(f"{redis_url}?stream={key}&layout={layout}"),
+                             world.store(tmp_path / "store"), str(tmp_path / "checkpoint"),
+                             until_idle=True)
+    stream.await_termination()
+    assert (stream.totals.written, stream.totals.unusable) == (2, len(bad))
+
+
+def test_a_timestamp_field_reads_epoch_milliseconds_and_iso_text(spark: Any) -> None:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from timetile.streaming.redis_source import _read_text
+
+    texts = ["1704240000010", "2024-01-03T00:00:00.010Z", "-5", "abc", "99999999999999999999",
+             "9223372036854775807", None]
+    frame = spark.createDataFrame([(text,) for text in texts], "t string")
+    read = frame.select(F.unix_millis(_read_text(F.col("t"), T.TimestampType()))).collect()
+    assert [row[0] for row in read] == [1704240000010, 1704240000010, -5, None, None, None, None]
+
+
+@pytest.mark.parametrize("start", ["$", "0-x", "-1", ""])
+def test_a_start_id_that_is_no_entry_id_is_refused(redis_url: str, start: str) -> None:
+    with pytest.raises(ValueError, match=rf"startId {re.escape(repr(start))} is not an entry "
+                                         "id. Fix: give 0-0"):
+        parse_source(f"{redis_url}?stream=s&startId={urllib.parse.quote(start)}")

@@ -36,7 +36,6 @@ fix. The parser is hiredis when it is installed (redis-py picks it itself).
 
 from __future__ import annotations
 
-import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -46,7 +45,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from timetile.online.store import KVStore, StoreUnavailable, Tile, check_table
+from timetile.online.store import KVStore, StoreUnavailable, Tile, check_table, redacted_uri
 
 _SIGN = 1 << 63
 #: Tile starts up to this magnitude are exact as Redis scores (doubles).
@@ -83,16 +82,6 @@ def _nonempty(key: bytes) -> bytes:
     return key
 
 
-def _redacted(url: str) -> str:
-    """Return ``url`` with its password replaced by ``***``."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
-
-
 class RedisStore(KVStore):
     """A :class:`~timetile.online.store.KVStore` on a Redis server.
 
@@ -118,7 +107,7 @@ class RedisStore(KVStore):
         self._reindex = self._client.register_script(_REINDEX)
 
     def __repr__(self) -> str:
-        return f"RedisStore({_redacted(self.url)!r})"
+        return f"RedisStore({redacted_uri(self.url)!r})"
 
     @contextmanager
     def _guard(self) -> Iterator[redis.Redis]:
@@ -129,7 +118,7 @@ class RedisStore(KVStore):
             yield self._client
         except (redis.ConnectionError, redis.TimeoutError) as error:
             raise StoreUnavailable(
-                f"Redis at {_redacted(self.url)} is unavailable ({error}): start redis-server "
+                f"Redis at {redacted_uri(self.url)} is unavailable ({error}): start redis-server "
                 "or check the URL") from error
 
     def _name(self, table: str, kind: bytes, key: bytes) -> bytes:
@@ -233,7 +222,7 @@ class RedisStore(KVStore):
             while page := client.zrangebyscore(index, "-inf", f"({before}", start=0,
                                                num=_EXPIRE_PAGE):
                 removed += self._expire_keys(client, table, cast("list[bytes]", page), before)
-            if abs(before) > _EXACT:  # only there can an older start share before's double
+            if abs(before) >= _EXACT:  # only there can an older start share before's double
                 tied: list[bytes] = []
                 while page := client.zrangebyscore(index, before, before, start=len(tied),
                                                    num=_EXPIRE_PAGE):

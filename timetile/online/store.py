@@ -184,3 +184,17 @@ def check_table(table: str) -> str:
     if not isinstance(table, str) or not _TABLE.match(table):
         raise ValueError(f"bad table name {table!r}: use 1 to 200 of A-Z a-z 0-9 _ . -")
     return table
+
+
+def redacted_uri(uri: str) -> str:
+    """Return ``uri`` with its password, if any, replaced by ``***``: for logs and messages.
+
+    >>> redacted_uri("redis://:s3cret@cache:6379/0"), redacted_uri("lmdb:/data/store")
+    ('redis://:***@cache:6379/0', 'lmdb:/data/store')
+    """
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))

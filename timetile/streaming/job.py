@@ -55,7 +55,7 @@ from timetile.core.timeutil import ms_to_iso, parse_duration
 from timetile.core.windows import MAX_TIME
 from timetile.online.entity_records import ROW_TIME, MutationWriter
 from timetile.online.layout import GroupByMeta, feature_signature
-from timetile.online.store import KVStore, open_store
+from timetile.online.store import KVStore, open_store, redacted_uri
 from timetile.online.tiles import StreamWriter, TileWriter, read_meta
 from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
 from timetile.spark.sorted_groups import sorted_by_groups, whole_groups
@@ -471,5 +471,5 @@ def stream_group_by(
         writer = writer.trigger(processingTime=f"{round(trigger_seconds * 1000)} milliseconds")
     handle.query = writer.start()
     log.info("streaming %s from %s into %s (lateness %s ms, checkpoint %s)", group_by.name,
-             source.describe(), store_uri, allowed, checkpoint)
+             source.describe(), redacted_uri(store_uri), allowed, checkpoint)
     return handle

@@ -16,10 +16,15 @@ Entry layout (``format``):
   its value as text: ``user_id 7 ts 1704153600000 amount 2.5 item apple flag true``.
   A missing field is null. Values are read as the batch source's column types with
   ``try_cast``: numbers as Python or JSON write them (``nan``, ``inf``, ``-0.0`` too),
-  booleans ``true``/``false``, times as epoch ms or ISO-8601; text that does not parse is
-  null (a null time or key is then counted as unusable by the job).
+  booleans ``true``/``false``; a ``bigint`` time as epoch ms, a ``timestamp`` time as
+  epoch ms (digits only) or ISO-8601 text. Text that does not parse is null (a null time or
+  key is then counted as unusable by the job).
 - ``json``: one field (``json`` by default; option ``field``) holding a JSON object of the raw
-  columns, read with ``from_json`` and the batch source's schema (``NaN``, ``Infinity`` allowed).
+  columns, read with ``from_json`` and the batch source's schema (``NaN``, ``Infinity``
+  allowed). An object with a value of the wrong type is read as all nulls, as the file
+  source reads such a line: the job counts it as unusable.
+
+An entry that is not UTF-8 text (its field names or values) reads as all nulls too.
 
 Requires Redis 6.2 or later (exclusive ``XRANGE`` starts) and PySpark 4.2 or later (read
 limits and ``Trigger.AvailableNow`` for Python sources).
@@ -27,12 +32,13 @@ limits and ``Trigger.AvailableNow`` for Python sources).
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -41,7 +47,16 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    DataType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from timetile.streaming.file_source import CORRUPT
 
 #: The name the data source is registered under.
 NAME = "timetile_redis_stream"
@@ -52,6 +67,10 @@ PAGE = 1_000
 #: The entry layouts a source reads.
 LAYOUTS = ("fields", "json")
 _START = "0-0"
+#: What ``startId`` takes: an entry id, ``millis`` or ``millis-sequence``.
+_ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
+#: The most epoch milliseconds a timestamp holds (int64 microseconds).
+_TIMESTAMP_MILLIS = (2**63 - 1) // 1_000
 
 
 def _order(entry_id: str) -> tuple[int, int]:
@@ -103,12 +122,13 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._connection is None:
             import redis  # noqa: PLC0415  (only where a Redis source is read)
 
-            self._connection = redis.Redis.from_url(self.url, decode_responses=True)
+            # bytes, decoded here: one entry that is not UTF-8 must not fail the batch
+            self._connection = redis.Redis.from_url(self.url, decode_responses=False)
         return self._connection
 
     def _last_id(self) -> str:
         newest = self._client().xrevrange(self.stream, "+", "-", count=1)
-        return str(newest[0][0]) if newest else _START
+        return newest[0][0].decode() if newest else _START
 
     def initialOffset(self) -> dict[str, str]:  # noqa: N802  (PySpark's names)
         """Start after ``startId``."""
@@ -131,7 +151,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             entries = self._client().xrange(self.stream, f"({start['id']}", last,
                                             count=limit.max_rows)
             if entries:
-                last = str(entries[-1][0])
+                last = entries[-1][0].decode()
         return {"id": last}
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
@@ -140,18 +160,21 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         return [_Range(start["id"], end["id"])]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[str, dict[str, str]]]:
-        """Yield ``(id, fields)`` of the partition's entries, in id order."""
+    def read(self, partition: InputPartition) -> Iterator[tuple[str, dict[str, str] | None]]:
+        """Yield ``(id, fields)`` of the partition's entries, in id order.
+
+        The fields are None for an entry that is not UTF-8 text.
+        """
         assert isinstance(partition, _Range)
         after = partition.start
         while True:
             entries = self._client().xrange(self.stream, f"({after}", partition.end,
                                             count=self.page)
             for entry_id, fields in entries:
-                yield str(entry_id), dict(fields)
+                yield entry_id.decode(), _decoded(fields)
             if len(entries) < self.page:
                 return
-            after = str(entries[-1][0])
+            after = entries[-1][0].decode()
 
     def commit(self, end: dict[str, str]) -> None:
         """Do nothing: the stream is left for other consumers and the producer's trimming."""
@@ -161,6 +184,14 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+def _decoded(fields: dict[bytes, bytes]) -> dict[str, str] | None:
+    """Return an entry's fields as text; None if any name or value is not UTF-8."""
+    try:
+        return {name.decode(): value.decode() for name, value in fields.items()}
+    except UnicodeDecodeError:
+        return None
 
 
 class RedisStreamDataSource(DataSource):
@@ -195,7 +226,8 @@ class RedisStreamSource:
         layout: ``fields`` (one field per column) or ``json`` (one JSON field); see the module.
         field: the JSON field's name, for ``layout="json"``.
         max_entries_per_trigger: at most this many entries per micro-batch; None: all.
-        start_id: a new stream reads the entries after this id (``0-0``: all of them).
+        start_id: a new stream reads the entries after this id (``0-0``: all of them;
+            ``millis`` or ``millis-sequence``).
 
     >>> RedisStreamSource("redis://localhost:6379/0", "events", layout="avro")
     Traceback (most recent call last):
@@ -215,6 +247,11 @@ class RedisStreamSource:
             raise ValueError(f"Redis stream layout {self.layout!r}: use {' or '.join(LAYOUTS)}")
         if not self.stream:
             raise ValueError("a Redis stream source needs the stream's key")
+        if not isinstance(self.start_id, str) or not _ENTRY_ID.fullmatch(self.start_id):
+            raise ValueError(
+                f"Redis stream startId {self.start_id!r} is not an entry id. Fix: give "
+                "0-0 (every entry) or an id such as 1700000000000-0 (the entries after it); "
+                "for only new entries, the newest id now (XREVRANGE key + - COUNT 1)")
 
     def read_stream(self, spark: SparkSession, schema: StructType) -> DataFrame:
         """Return the stream's entries as a streaming DataFrame of ``schema``. No job runs.
@@ -228,10 +265,12 @@ class RedisStreamSource:
             reader = reader.option("maxEntriesPerTrigger", str(self.max_entries_per_trigger))
         raw = reader.load()
         fields = F.col("fields")
-        if self.layout == "json":
-            parsed = F.from_json(fields.getItem(self.field), schema)
+        if self.layout == "json":  # a wrong-typed value: the whole object in CORRUPT
+            parsed = F.from_json(fields.getItem(self.field),
+                                 StructType([*schema.fields, StructField(CORRUPT, StringType())]),
+                                 {"columnNameOfCorruptRecord": CORRUPT})
             return raw.select(parsed.alias("_tt_event")).select("_tt_event.*")
-        return raw.select(*[fields.getItem(f.name).try_cast(f.dataType).alias(f.name)
+        return raw.select(*[_read_text(fields.getItem(f.name), f.dataType).alias(f.name)
                             for f in schema.fields])
 
     def describe(self) -> str:
@@ -240,3 +279,17 @@ class RedisStreamSource:
         where = (f"{parts.hostname}:{parts.port or 6379}{parts.path}" if parts.hostname
                  else parts.path)
         return f"redis stream {self.stream!r} on {parts.scheme}://{where}"
+
+
+def _read_text(text: Column, data_type: DataType) -> Column:
+    """Read a field's text as ``data_type``, null where it does not parse.
+
+    A timestamp reads digits as epoch milliseconds (those a timestamp's microseconds hold).
+    """
+    if isinstance(data_type, (TimestampType, TimestampNTZType)):
+        millis = text.try_cast("long")
+        held = millis.between(-_TIMESTAMP_MILLIS, _TIMESTAMP_MILLIS)
+        return F.when(text.rlike("^-?[0-9]+$"), F.when(
+            held, F.timestamp_millis(millis).try_cast(data_type))).otherwise(
+            text.try_cast(data_type))
+    return text.try_cast(data_type)
