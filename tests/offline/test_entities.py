@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 import timetile as tt
 from timetile.offline.report import BadInputError
@@ -212,6 +213,54 @@ def test_wide_rows_with_nested_columns(spark: Any) -> None:
         tt.Join("wide", tt.EventSource(queries), [totals, tags]), spark).collect()}
     assert (rows[1]["totals_balance_sum"], rows[1]["tags_tags"]) == (6.0, ["a"])
     assert (rows[2]["totals_balance_sum"], rows[2]["tags_tags"]) == (7.0, ["c"])
+
+
+@pytest.mark.parametrize(("kind", "values"), [
+    ("struct<a:int,b:string>", [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 2, "b": None}]),
+    ("array<double>", [[1.0, None], [1.0, 2.0], [1.0], None]),
+    ("array<double>", [[float("nan")], [3.0], [3.0, float("nan")]]),
+])
+def test_a_lookup_of_tied_rows_takes_sparks_last_of_nested_values(
+        spark: Any, kind: str, values: list[Any]) -> None:
+    """Rows of one key with no time column: the lookup takes the one Spark sorts last, nulls
+    first and NaN above every number at every depth (a crash, or a wrong row, before)."""
+    for rows in (values, values[::-1]):
+        snapshots = spark.createDataFrame([("2024-01-01", 1, value) for value in rows],
+                                          f"ds string, user_id long, v {kind}").coalesce(1)
+        mutations = spark.createDataFrame([], f"user_id long, v {kind}, mutation_ts long, "
+                                              "is_before boolean")
+        queries = spark.createDataFrame([(1, 1704160800000)], "user_id long, ts long")
+        source = tt.EntitySource(snapshots, mutation_table=mutations, select=["user_id", "v"])
+        join = tt.Join("tied", tt.EventSource(queries), [tt.GroupBy("g", source, ["user_id"])])
+        equal_frames(tt.backfill(join, spark), naive_backfill(join, spark), ["user_id"])
+
+
+def test_an_is_before_that_is_no_flag(spark: Any) -> None:
+    """Text that is no flag leaves its mutation out, counted; a type that holds no flag is
+    refused before any job, naming the field."""
+    snapshots = spark.createDataFrame([("2024-01-01", 1, 10.0)],
+                                      "ds string, user_id long, balance double")
+    mutations = spark.createDataFrame(
+        [(1, 10.0, 1704157200000, "true"), (1, 12.0, 1704157200000, "false"),
+         (1, 99.0, 1704160800000, "unknown")],
+        "user_id long, balance double, mutation_ts long, is_before string")
+    queries = spark.createDataFrame([(1, 1704164400000)], "user_id long, ts long")
+
+    def join(flags: DataFrame) -> tt.Join:
+        source = tt.EntitySource(snapshots, mutation_table=flags)
+        return tt.Join("flags", tt.EventSource(queries), [tt.GroupBy(
+            "g", source, ["user_id"], [tt.Aggregation("balance", "sum")])])
+
+    job = tt.BackfillJob(join(mutations), spark)
+    assert [row["g_balance_sum"] for row in job.dataframe().collect()] == [12.0]
+    assert [row["g_balance_sum"] for row in naive_backfill(join(mutations), spark).collect()
+            ] == [12.0]
+    (counted,) = [source for source in job.report.sources if source.role == "g mutations"]
+    assert counted.without_time == 1
+    dated = mutations.withColumn("is_before", F.current_date())
+    with pytest.raises(tt.DefinitionError, match=r"parts\[0\]\.source\.is_before_column: "
+                                                 r"'is_before' is date, not a flag"):
+        tt.BackfillJob(join(dated), spark)
 
 
 def test_lookups_of_timestamp_and_date_columns(spark: Any) -> None:

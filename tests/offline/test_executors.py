@@ -136,6 +136,47 @@ def test_odd_keys_agree_on_every_path(spark: Any, key_type: str, odd: list[Any])
         assert got == expected, executor
 
 
+def test_a_float_left_key_meets_its_double_keys_on_every_path(spark: Any) -> None:
+    """Spark compares them widened; the reference's cogroup hashed each side's raw type."""
+    events = spark.createDataFrame([(0.5, BASE, 1.0), (2.0, BASE, 2.0)],
+                                   "k double, ts long, amount double")
+    queries = spark.createDataFrame([(0.5, BASE + 1), (2.0, BASE + 1), (3.0, BASE + 1)],
+                                    "k float, ts long")
+    join = tt.Join("widened", tt.EventSource(queries), [tt.GroupBy(
+        "g", tt.EventSource(events), ["k"], [tt.Aggregation("amount", "sum", windows=["1d"])])])
+    expected = sorted(tuple(r) for r in naive_backfill(join, spark).collect())
+    assert expected == [(0.5, BASE + 1, 1.0), (2.0, BASE + 1, 2.0), (3.0, BASE + 1, None)]
+    for executor in ("sweep", "tiled", "interval_tree", "reference"):
+        frame = tt.backfill(join, spark, executor=executor)
+        assert frame.schema["k"].dataType.simpleString() == "float", executor
+        assert sorted(tuple(r) for r in frame.collect()) == expected, executor
+
+
+def test_a_one_millisecond_window_has_no_hop_yet_is_computed(
+        spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interval tree needs no hop; auto takes the reference where the tiled pass would
+    be chosen; the tiled executor refuses it and names the executors that take it."""
+    events = spark.createDataFrame([(1, BASE, 1.0), (1, BASE + 1, 2.0), (1, BASE + 1, 4.0)],
+                                   "user_id long, ts long, amount double")
+    queries = spark.createDataFrame([(1, BASE + 1), (1, BASE + 2), (1, BASE + 5)],
+                                    "user_id long, ts long")
+    join = tt.Join("tiny", tt.EventSource(queries), [tt.GroupBy(
+        "g", tt.EventSource(events), ["user_id"],
+        [tt.Aggregation("amount", "approx_unique_count", windows=[1])])])
+    expected = sorted(tuple(r) for r in naive_backfill(join, spark).collect())
+    assert expected == [(1, BASE + 1, 1), (1, BASE + 2, 2), (1, BASE + 5, 0)]
+    for executor in ("auto", "interval_tree", "reference"):
+        assert sorted(tuple(r) for r in tt.backfill(join, spark, executor=executor).collect()
+                      ) == expected, executor
+    monkeypatch.setattr("timetile.offline.backfill.BROADCAST_QUERY_LIMIT", 1)
+    job = tt.BackfillJob(join, spark)
+    assert job.report.path == "g: reference"
+    assert sorted(tuple(r) for r in job.dataframe().collect()) == expected
+    with pytest.raises(ValueError, match=r"sliding windows of \[1\] ms without whole hops: "
+                                         "use executor 'auto' or 'interval_tree'"):
+        tt.backfill(join, spark, executor="tiled").collect()
+
+
 def test_timestamp_and_date_keys_work_on_every_executor(spark: Any) -> None:
     """Arrow needs the session's time zone for a timestamp key: every executor passes it."""
     instants = [1_730_611_800_000, 1_730_615_400_000, 1_600_000_000_123]  # one DST-repeated hour

@@ -49,11 +49,22 @@ def _canonical(value: Any) -> Any:
 
 
 def _last_first_key(value: Any) -> tuple[Any, ...]:
-    """Sort key: nulls first, NaN above every number (Spark's ascending order)."""
+    """Sort key in Spark's ascending order, at every depth.
+
+    Nulls first, NaN above every number, arrays element by element (a prefix first),
+    structs field by field.
+
+    >>> sorted([[1.0, None], None, [float("nan")], [1.0], [1.0, 2.0]], key=_last_first_key)
+    [None, [1.0], [1.0, None], [1.0, 2.0], [nan]]
+    """
     if value is None:
         return (0,)
     if isinstance(value, float) and math.isnan(value):
         return (2,)
+    if isinstance(value, dict):  # a struct, fields in order
+        return (1, tuple(map(_last_first_key, value.values())))
+    if isinstance(value, (list, tuple)):  # an array (or a map's entries: Spark orders none)
+        return (1, tuple(map(_last_first_key, value)))
     return (1, value)
 
 

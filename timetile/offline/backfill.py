@@ -47,7 +47,7 @@ from timetile.offline.report import BadInputError, JobReport
 from timetile.offline.result_types import arrow_schema
 from timetile.offline.source_counts import count_sources
 from timetile.offline.sweep_executor import sweep_features, sweepable, sweeps
-from timetile.offline.tiled_executor import tiled_features
+from timetile.offline.tiled_executor import tileable, tiled_features
 from timetile.spark.entities import DAY
 from timetile.spark.sources import TIME, quote
 
@@ -447,7 +447,7 @@ class BackfillJob:
         if not small:
             with self.report.stage("count queries"):
                 small = queries.limit(BROADCAST_QUERY_LIMIT + 1).count() <= BROADCAST_QUERY_LIMIT
-        other = "interval_tree" if small else "tiled"
+        other = "interval_tree" if small else "tiled" if tileable(part) else "reference"
         swept = sum(sweeps(feature) for feature in part.features)
         return f"sweep+{other}" if swept >= len(part.features) - swept else other
 

@@ -114,16 +114,42 @@ def reference_features(plan: PartPlan, queries: DataFrame,
                        options: ExecutorOptions | None = None) -> DataFrame:
     """Every feature of ``plan`` at every query, one row per distinct (keys, time) query."""
     del options  # nothing to configure
-    schema = output_schema(plan, queries)
+    widened = _widened_keys(queries, plan.events, plan.keys)
+    queries_typed = queries.withColumns({key: F.col(key).cast(kind)
+                                         for key, kind in widened.items()})
+    events = plan.events.withColumns({key: F.col(key).cast(kind)
+                                      for key, kind in widened.items()})
+    schema = output_schema(plan, queries_typed)
     evaluator = KeyGroupEvaluator(plan, arrow_schema(schema, queries.sparkSession))
 
     def evaluate(key_queries: pa.Table, key_events: pa.Table) -> pa.Table:
         # A plain function: PySpark reads the arity and would count a callable's ``self``.
         return evaluator(key_queries, key_events)
 
-    grouped = (_signed_zeros_as_one(queries, plan.keys).groupBy(*plan.keys)
-               .cogroup(_signed_zeros_as_one(plan.events, plan.keys).groupBy(*plan.keys)))
-    return grouped.applyInArrow(evaluate, schema)
+    grouped = (_signed_zeros_as_one(queries_typed, plan.keys).groupBy(*plan.keys)
+               .cogroup(_signed_zeros_as_one(events, plan.keys).groupBy(*plan.keys)))
+    return grouped.applyInArrow(evaluate, schema).withColumns(
+        {key: F.col(key).cast(queries.schema[key].dataType) for key in widened})
+
+
+def _widened_keys(queries: DataFrame, events: DataFrame,
+                  keys: Sequence[str]) -> dict[str, T.DataType]:
+    """Return the numeric keys whose two sides differ in type, each with the type both take.
+
+    A cogroup hashes raw values, so a float key would never meet its double (nor an int its
+    bigint), which Spark's joins compare widened: both sides take ``double`` (``bigint``).
+    """
+    widened: dict[str, T.DataType] = {}
+    for key in keys:
+        mine, theirs = queries.schema[key].dataType, events.schema[key].dataType
+        if mine == theirs:
+            continue
+        if all(isinstance(kind, T.IntegralType) for kind in (mine, theirs)):
+            widened[key] = T.LongType()
+        elif all(isinstance(kind, (T.IntegralType, T.FloatType, T.DoubleType))
+                 for kind in (mine, theirs)):
+            widened[key] = T.DoubleType()
+    return widened
 
 
 def _signed_zeros_as_one(frame: DataFrame, keys: Sequence[str]) -> DataFrame:

@@ -80,7 +80,6 @@ class TiledLayout:
     feature_aggregator: tuple[int, ...]  # feature index → aggregator index
     windows: tuple[Any, ...]  # distinct windows (None = lifetime)
     feature_window: tuple[int, ...]  # feature index → window index
-    hop_ms: int
 
     @classmethod
     def of(cls, plan: PartPlan) -> TiledLayout:
@@ -93,17 +92,26 @@ class TiledLayout:
                 aggregator_ids[feature.aggregator_key] = len(aggregator_ids)
                 representatives.append(feature)
             window_ids.setdefault(feature.window, len(window_ids))
-        windows = tuple(window_ids)
-        specs = [window_spec(window) for window in windows]
         return cls(
             keys=tuple(plan.keys),
             features=plan.features,
             aggregations=tuple(representatives),
             feature_aggregator=tuple(aggregator_ids[f.aggregator_key] for f in plan.features),
-            windows=windows,
+            windows=tuple(window_ids),
             feature_window=tuple(window_ids[f.window] for f in plan.features),
-            hop_ms=_hop_without_inner_pieces(specs),
         )
+
+    @property
+    def hop_ms(self) -> int:
+        """The hop size of the tiled pass, computed when asked.
+
+        The interval tree shares this layout and never asks: it takes windows of any length.
+
+        Raises:
+            ValueError: a sliding window shorter than two hops.
+
+        """
+        return _hop_without_inner_pieces([window_spec(window) for window in self.windows])
 
     @property
     def signature(self) -> str:
@@ -139,8 +147,21 @@ def _hop_without_inner_pieces(specs: list[tuple[WindowKind, int | None, int | No
     short = [length for kind, length, _ in specs
              if kind is WindowKind.SLIDING and length is not None and length < 2 * hop]
     if short:
-        raise ValueError(f"hop {hop} ms leaves sliding windows {short} without whole hops")
+        raise ValueError(f"the tiled executor's hop of {hop} ms leaves sliding windows of "
+                         f"{short} ms without whole hops: use executor 'auto' or "
+                         "'interval_tree' for them")
     return hop
+
+
+def tileable(plan: PartPlan) -> bool:
+    """Whether the tiled executor can compute ``plan``: a hop fits all its windows.
+
+    A 1 ms sliding window has none.
+    """
+    try:
+        return TiledLayout.of(plan).hop_ms > 0
+    except ValueError:
+        return False
 
 
 def _floor(column: Column, hop: int) -> Column:

@@ -126,7 +126,8 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
     see the same mutations. ``field`` names the source in errors (``parts[0].source``).
 
     Raises:
-        DefinitionError: a mutation column or a row column is missing.
+        DefinitionError: a mutation column or a row column is missing, or ``is_before`` is
+            of a type that holds no flag.
 
     """
     where = f"{field}.mutation_table"
@@ -140,10 +141,18 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
                 f"{column!r} is not a column of the mutation table", one_of(column, raw.columns))
     check_time_column(raw.sparkSession, raw, source.mutation_time_column,
                       f"{field}.mutation_time_column")
+    flag_type = raw.schema[source.is_before_column].dataType
+    if not isinstance(flag_type, (T.BooleanType, T.StringType, T.NumericType)):
+        raise DefinitionError.single(
+            "source", f"{field}.is_before_column",
+            f"{source.is_before_column!r} is {flag_type.simpleString()}, not a flag",
+            "give a boolean column, true for the row image before a change (a string "
+            "'true'/'false' or a 1/0 number reads too), or compute one in a select")
     raw = raw.withColumns({
         MUTATION_TIME: time_millis(source.mutation_time_column,
                                    raw.schema[source.mutation_time_column].dataType),
-        IS_BEFORE: F.col(source.is_before_column).cast("boolean"),
+        # text that is no flag is null: the mutation is left out and counted
+        IS_BEFORE: F.col(source.is_before_column).try_cast("boolean"),
     })
     mutations = project(raw, source, where, keep=(MUTATION_TIME, IS_BEFORE))
     missing = [column for column in row_columns if column not in mutations.columns]

@@ -139,7 +139,7 @@ def load_mutations(
     column = source.mutation_time_column
     raw = raw.withColumns({
         _MUTATION_TIME: time_millis(quote(column), raw.schema[column].dataType),
-        _IS_BEFORE: sf.col(quote(source.is_before_column)).cast("boolean"),
+        _IS_BEFORE: sf.col(quote(source.is_before_column)).try_cast("boolean"),
     })
     frame = _project(raw, source, [_MUTATION_TIME, _IS_BEFORE])
     return (frame.where(sf.col(_MUTATION_TIME).isNotNull() & sf.col(_IS_BEFORE).isNotNull())
