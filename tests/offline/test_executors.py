@@ -258,3 +258,24 @@ def test_an_event_at_the_last_int64_millisecond_on_every_path(spark: Any) -> Non
     expected = rows(naive_backfill(join, spark))
     for executor in ("sweep", "tiled", "interval_tree", "reference"):
         assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor
+
+
+def test_windows_that_reach_past_the_first_int64_millisecond_on_every_path(spark: Any) -> None:
+    """Such a window starts at the first millisecond; the tiled pass's first hop is short
+    (its floor is no int64), and a window may start inside it (an edge scan there)."""
+    first = -(2**63)
+    times = [first, first + 1, first + 5, first + 3 * HOUR_MS, first + DAY_MS, first + 3 * DAY_MS]
+    events = spark.createDataFrame([(1, t, float(i + 1)) for i, t in enumerate(times)],
+                                   "k long, ts long, v double")
+    asked = [first, first + 2, first + HOUR_MS, first + DAY_MS + 3, first + 2 * DAY_MS + 4,
+             first + 4 * DAY_MS, BASE]
+    queries = spark.createDataFrame([(1, t, i) for i, t in enumerate(asked)],
+                                    "k long, ts long, qid int")
+    windows = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("2d", hop="6h", kind="hopping")]
+    group_by = tt.GroupBy("early", tt.EventSource(events), ["k"], [
+        tt.Aggregation("v", op, windows=windows) for op in ("sum", "max", "last")])
+    join = tt.Join("early", tt.EventSource(queries), [group_by])
+    expected = rows(naive_backfill(join, spark))
+    assert any(value is not None for row in expected for value in row[3:])
+    for executor in ("sweep", "tiled", "interval_tree", "reference"):
+        assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor

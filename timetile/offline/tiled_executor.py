@@ -41,7 +41,7 @@ from timetile.api.windows import window_spec
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_states
 from timetile.core.timeutil import DAY_MS, ms_to_iso
-from timetile.core.windows import MIN_TIME, WindowKind
+from timetile.core.windows import MAX_TIME, MIN_TIME, WindowKind
 from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
@@ -165,7 +165,21 @@ def tileable(plan: PartPlan) -> bool:
 
 
 def _floor(column: Column, hop: int) -> Column:
-    return column - F.pmod(column, F.lit(hop))
+    """Round down to a multiple of ``hop``.
+
+    Where that multiple is no int64, the first int64 millisecond: the first hop of all, keyed
+    by it, is a short one.
+    """
+    return F.coalesce(F.try_subtract(column, F.pmod(column, F.lit(hop))), F.lit(MIN_TIME))
+
+
+def _minus(column: Column, length: int) -> Column:
+    """``column − length``, saturated at the first int64 millisecond.
+
+    A window that would start before the first representable time starts there
+    (docs/semantics.md).
+    """
+    return F.coalesce(F.try_subtract(column, F.lit(length)), F.lit(MIN_TIME))
 
 
 def _window_bounds(window: Any, q: Column) -> tuple[Column | None, Column]:
@@ -174,8 +188,8 @@ def _window_bounds(window: Any, q: Column) -> tuple[Column | None, Column]:
         return None, q
     kind = window.window_kind
     if kind is WindowKind.SLIDING:
-        return q - F.lit(window.length_ms), q
-    start = _floor(q - F.lit(window.length_ms), window.hop_ms)
+        return _minus(q, window.length_ms), q
+    start = _floor(_minus(q, window.length_ms), window.hop_ms)
     return start, (q if kind is WindowKind.SAWTOOTH else _floor(q, window.hop_ms))
 
 
@@ -205,7 +219,10 @@ def _pieces(layout: TiledLayout) -> Column:
             start_hop = _floor(start, hop)
             aligned = start == start_hop
             made.append(F.when(~aligned, make(EDGE, start_hop, start, None)))
-            tail_low = F.when(aligned, start).otherwise(start_hop + F.lit(hop))
+            # the next hop's start, from start itself: start_hop may be the short first hop's
+            after_edge = F.coalesce(F.try_add(start, F.lit(hop) - F.pmod(start, F.lit(hop))),
+                                    F.lit(MAX_TIME))
+            tail_low = F.when(aligned, start).otherwise(after_edge)
             made.append(F.when(tail_low < end_hop, make(TAIL, None, tail_low, end_hop)))
     return F.filter(F.array(*made).cast(f"array<{piece}>"), lambda p: p.isNotNull())
 
