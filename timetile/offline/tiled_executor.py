@@ -416,7 +416,8 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
     name = plan.part.group_by.name
     spark = events.sparkSession
     source = plan.part.group_by.source
-    identity = table_identity(spark, getattr(source, "table", None))
+    table = getattr(source, "table", None)
+    identity = table_identity(spark, table)
     store = PartialStore.at(options.partials_path, name,
                             layout.signature + _source_signature(plan, identity))
     stored = store.stored_days(spark)
@@ -442,7 +443,7 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
            f"(from {ms_to_iso(unlanded[0] * DAY_MS)[:10]})" if unlanded else ""))
     if identity is None:
         read = (f"{source.label!r}, which names no stored table (a temporary view?)"
-                if isinstance(getattr(source, "table", None), str) else "a DataFrame")
+                if isinstance(table, str) else "a DataFrame")
         message = (f"{name} reads {read}, so its stored partials are known by the GroupBy's "
                    "name and definition alone: another GroupBy of that name over other data "
                    "must store its partials under another partials_path")
