@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -260,9 +261,11 @@ def test_an_event_at_the_last_int64_millisecond_on_every_path(spark: Any) -> Non
         assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor
 
 
-def test_windows_that_reach_past_the_first_int64_millisecond_on_every_path(spark: Any) -> None:
+def test_windows_that_reach_past_the_first_int64_millisecond_on_every_path(
+        spark: Any, tmp_path: Path) -> None:
     """Such a window starts at the first millisecond; the tiled pass's first hop is short
-    (its floor is no int64), and a window may start inside it (an edge scan there)."""
+    (its floor is no int64), and a window may start inside it (an edge scan there). Stored
+    partials file that hop under the first day of all, which starts before int64 does."""
     first = -(2**63)
     times = [first, first + 1, first + 5, first + 3 * HOUR_MS, first + DAY_MS, first + 3 * DAY_MS]
     events = spark.createDataFrame([(1, t, float(i + 1)) for i, t in enumerate(times)],
@@ -279,3 +282,12 @@ def test_windows_that_reach_past_the_first_int64_millisecond_on_every_path(spark
     assert any(value is not None for row in expected for value in row[3:])
     for executor in ("sweep", "tiled", "interval_tree", "reference"):
         assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor
+    store = str(tmp_path / "partials")
+    for run in ("stores", "reuses"):
+        job = tt.BackfillJob(join, spark, executor="tiled", partials_path=store)
+        assert rows(job.dataframe()) == expected, run
+    (note,) = [note for note in job.report.notes if "hop partials" in note]
+    last_day = (first + 3 * DAY_MS) // DAY_MS
+    assert note.startswith("early: hop partials of 2 days reused, 0 computed and stored"), note
+    assert note.endswith(f"1 days computed but not stored, as they may still be landing "
+                         f"(from epoch day {last_day})"), note

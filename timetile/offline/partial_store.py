@@ -19,15 +19,28 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from timetile.core.timeutil import DAY_MS
+from timetile.core.timeutil import DAY_MS, ms_to_iso
 
 #: The partition column of stored partials: days since the epoch, UTC.
 EPOCH_DAY = "epoch_day"
 
 
 def epoch_day(millis: Column) -> Column:
-    """Return the UTC day of an epoch-millisecond column, as days since the epoch (a true floor)."""
-    return ((millis - F.pmod(millis, F.lit(DAY_MS))) / F.lit(DAY_MS)).cast("long")
+    """Return the UTC day of an epoch-millisecond column, as days since the epoch.
+
+    A true floor, exact over all of int64: integer division truncates toward zero, and a
+    negative time inside a day steps back one. (Subtracting the remainder first would leave
+    int64 in the first day of all, which starts before its first millisecond.)
+    """
+    day = F.lit(DAY_MS)
+    return (F.call_function("div", millis, day)
+            - F.when(millis % day < 0, F.lit(1)).otherwise(F.lit(0)))
+
+
+def day_label(day: int) -> str:
+    """Return the ISO date of an epoch day, for messages (its number outside years 1-9999)."""
+    text = ms_to_iso(day * DAY_MS)
+    return text[:10] if text[:1].isdigit() else f"epoch day {day}"
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_states
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.core.windows import MAX_TIME, MIN_TIME, WindowKind
-from timetile.offline.partial_store import EPOCH_DAY, PartialStore, epoch_day
+from timetile.offline.partial_store import EPOCH_DAY, PartialStore, day_label, epoch_day
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
 from timetile.offline.result_types import arrow_schema, arrow_value
@@ -440,7 +440,7 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
         f"{name}: hop partials of {len(days) - len(missing)} days reused, {len(landed)} "
         f"computed and stored, in {store.location}"
         + (f"; {len(unlanded)} days computed but not stored, as they may still be landing "
-           f"(from {ms_to_iso(unlanded[0] * DAY_MS)[:10]})" if unlanded else ""))
+           f"(from {day_label(unlanded[0])})" if unlanded else ""))
     if identity is None:
         read = (f"{source.label!r}, which names no stored table (a temporary view?)"
                 if isinstance(table, str) else "a DataFrame")
