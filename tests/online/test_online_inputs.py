@@ -165,7 +165,18 @@ def test_upload_refuses_a_period_that_does_not_divide_a_day(spark: Any, store_ur
     ("\ud800", "string", "is not Unicode text"),  # a lone surrogate: no Spark string holds one
     ("\u0663", "int", "cannot be read as int"),  # a non-ASCII digit, null in Spark
     (-(2**63) - 1, "int", "is beyond a 64-bit int"),
+    (float(2**60), "int", r"is a float beyond 2\*\*53.*send it as an integer or a digit"),
 ])
 def test_a_key_no_spark_column_holds_is_refused(value: Any, kind: str, why: str) -> None:
     with pytest.raises(KeyValueError, match=why):
         encode_key([value], [kind])
+
+
+def test_an_int_key_given_as_a_float_is_read_only_where_the_float_is_exact() -> None:
+    """JSON parsers read 1152921504606847000 written as a float as 2**60: beyond 2**53 a float
+    names several ints, and serving one of them would be another key's features."""
+    assert encode_key([float(2**53)], ["int"]) == encode_key([2**53], ["int"])
+    assert encode_key([-float(2**53)], ["int"]) == encode_key([-(2**53)], ["int"])
+    with pytest.raises(KeyValueError, match="beyond 2"):
+        encode_key([float(2**53 + 2)], ["int"])
+    assert encode_key([str(2**60)], ["int"]) == encode_key([2**60], ["int"])

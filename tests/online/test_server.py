@@ -8,6 +8,7 @@ The data are small enough to check by hand: at ``AT`` (an hour after the upload'
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
 from timetile.online.jsonable import to_json_value
+from timetile.online.layout import META_TABLE
 from timetile.online.lmdb_store import LmdbStore
 from timetile.online.server import create_app
 from timetile.online.store import open_store
@@ -149,6 +151,21 @@ def test_many_rows_in_row_order(client: TestClient, uploaded: dict[str, Any]) ->
         [to_json_value(result.features) for result in expected]
 
 
+def test_rows_of_one_key_are_answered_once_and_apart(uploaded: dict[str, Any]) -> None:
+    """One user against many sellers: each distinct key is computed once, and every row gets
+    its own lists and maps (a caller may change one row's without touching another's)."""
+    rows = [{"user_id": 1, "seller_id": seller} for seller in (2, 1, 2, 4, 2)]
+    with LmdbStore(uploaded["uri"].removeprefix("lmdb://")) as store:
+        fetcher = Fetcher(uploaded["model"], store)
+        together = fetcher.fetch(rows, at=AT)
+        alone = [fetcher.fetch([row], at=AT)[0] for row in rows]
+    assert [result.features for result in together] == [result.features for result in alone]
+    first, _, third = (together[index].features for index in range(3))
+    assert first["seller_users_item_histogram_7d"] == {20: 1}
+    assert first["users_item_last_k_7d"] is not third["users_item_last_k_7d"]
+    assert first["seller_users_item_histogram_7d"] is not third["seller_users_item_histogram_7d"]
+
+
 def test_at_defaults_to_now(client: TestClient) -> None:
     before = time.time_ns() // 1_000_000
     response = post(client, [{"user_id": 1, "seller_id": 2}], at=None)
@@ -254,6 +271,52 @@ def test_malformed_body_is_422(client: TestClient, content: bytes, field: str,
     assert body["error"].startswith(message)
     assert '{"rows": [{"user_id": 1, "seller_id": 1}]' in body["fix"]
     assert body["problems"][0]["field"] == field
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain",
+                                          "application/x-www-form-urlencoded"])
+def test_a_body_not_sent_as_json_names_the_content_type(client: TestClient,
+                                                        content_type: str | None) -> None:
+    """``curl -d`` without ``-H`` sends a form: the fix is the header, not the body."""
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = client.post("/v1/features/model", content=b'{"rows": [{"user_id": 1}]}',
+                           headers=headers)
+    body = error_of(response, 422)
+    assert body["field"] == "Content-Type"
+    assert body["error"] == (f"Content-Type: is {content_type!r}, so the body was not read as "
+                             "JSON" if content_type else
+                             "Content-Type: is missing, so the body was not read as JSON")
+    assert body["fix"].startswith("send the header Content-Type: application/json; send a JSON")
+    ok = client.post("/v1/features/model", content=b'{"rows": []}',
+                     headers={"Content-Type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200, ok.text
+
+
+def test_an_int_key_as_a_float_beyond_2_53_is_422(client: TestClient) -> None:
+    """The JSON float 1152921504606847000.0 is 2**60 to every parser: not a key to guess."""
+    body = error_of(client.post("/v1/features/model", content=b'{"rows": [{"user_id": '
+                                b'1152921504606847000.0, "seller_id": 2}]}',
+                                headers={"Content-Type": "application/json"}), 422)
+    assert body["field"] == "rows[0].user_id"
+    assert "is a float beyond 2**53" in body["error"]
+    assert post(client, [{"user_id": 1.0, "seller_id": 2}]).status_code == 200
+
+
+def test_health_of_metadata_it_cannot_read(uploaded: dict[str, Any], tmp_path: Path) -> None:
+    """Metadata of another format (a newer timetile's upload) is "not ready", not a 500."""
+    copy = tmp_path / "store"
+    shutil.copytree(str(uploaded["uri"]).removeprefix("lmdb://"), copy)
+    with LmdbStore(str(copy)) as store:
+        app = create_app({"model": uploaded["model"]}, store)
+        with TestClient(app) as client:
+            assert client.get("/health").json()["joins"]["model"]["ready"] is True
+            store.multi_put(META_TABLE, [(b"users", b"\x00of another version")])
+            response = client.get("/health")
+            assert response.status_code == 200, response.text
+            model = response.json()["joins"]["model"]
+    assert model["ready"] is False
+    assert model["error"].startswith("GroupBy users: state bytes: expected format version")
+    assert model["fix"].startswith("run timetile upload")
 
 
 def test_empty_rows_answer_no_results(client: TestClient) -> None:

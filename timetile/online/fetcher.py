@@ -14,6 +14,7 @@ fetch before the record's day end gets the empty table's values and is stale.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -262,17 +263,44 @@ class Fetcher:
 
     def _fetch_part(self, part: JoinPart, rows: Sequence[Mapping[str, Any]], at: int,
                     results: list[FetchResult]) -> None:
+        """Answer each distinct key of the rows once, then copy its answer to its rows.
+
+        Rows that repeat a key (one user against many candidate listings) share one read and
+        one computation; a list or map value is copied per row, so no two rows share one.
+        """
         served = self._served[part.group_by.name]
         meta, group_by = served.meta, part.group_by
         keys = self._keys(part, rows, meta)
+        distinct = list(dict.fromkeys(keys))
+        answers = [FetchResult({}) for _ in distinct]
         when = group_by.as_of(at)
-        records = self.store.multi_get(batch_table(group_by.name), keys)
-        tiles = self.store.get_tiles(tile_table(group_by.name), keys, meta.day_end, when + 1)
+        records = self.store.multi_get(batch_table(group_by.name), distinct)
+        tiles = self.store.get_tiles(tile_table(group_by.name), distinct, meta.day_end,
+                                     when + 1)
         prefix = f"{part.prefix}_" if part.prefix else ""
         if served.entity is not None:
             self._entity_part(served, records, tiles, when=when, prefix=prefix,
-                              results=results)
-            return
+                              results=answers)
+        else:
+            self._event_part(served, records, tiles, when=when, prefix=prefix,
+                             results=answers)
+        answer_of = dict(zip(distinct, answers, strict=True))
+        answered: set[bytes] = set()
+        for result, key in zip(results, keys, strict=True):
+            answer = answer_of[key]
+            if key in answered:
+                result.features.update((name, copy.deepcopy(value) if isinstance(
+                    value, (list, dict)) else value) for name, value in answer.features.items())
+            else:
+                result.features.update(answer.features)
+                answered.add(key)
+            result.stale.extend(name for name in answer.stale if name not in result.stale)
+
+    def _event_part(self, served: _Served, records: Sequence[bytes | None],
+                    tiles: Sequence[Sequence[Tile]], *, when: int, prefix: str,
+                    results: list[FetchResult]) -> None:
+        """Merge each key's batch record with its streamed events since (:mod:`.tiles`)."""
+        meta, group_by = served.meta, served.group_by
         empty = BatchRecord(meta.day_end, meta.slack, {}, {})
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
             record = empty if data is None else self._records.get(

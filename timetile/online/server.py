@@ -129,10 +129,20 @@ class _ServedJoin:
         uploaded = {}
         for name, data in zip(names, self.store.multi_get(META_TABLE, [n.encode() for n in names]),
                               strict=True):
-            if data is not None:
+            if data is None:
+                continue
+            try:
                 day = GroupByMeta.from_bytes(data).day_end - DAY_MS
-                uploaded[name] = time.strftime("%Y-%m-%d", time.gmtime(day // 1000))
+            except ValueError as error:  # what the next refresh of the fetcher will find
+                return JoinHealth(ready=False, error=f"GroupBy {name}: {error}", fix=UPLOAD_FIX)
+            uploaded[name] = time.strftime("%Y-%m-%d", time.gmtime(day // 1000))
         return JoinHealth(ready=True, key_columns=fetcher.key_columns, uploaded=uploaded)
+
+
+def _is_json(media_type: str) -> bool:
+    """Whether FastAPI reads a body of this media type as JSON (``application/json``, ``+json``)."""
+    return media_type == "application/json" or (media_type.startswith("application/")
+                                                 and media_type.endswith("+json"))
 
 
 def _first_sentence(error: Exception) -> str:
@@ -329,6 +339,13 @@ def _add_error_handlers(app: FastAPI, service: _Service) -> None:
         example = _example(join, rows=1) if join is not None else {"rows": [{"user_id": 1}]}
         fix = (f"send a JSON object like {json.dumps(example)} (rows: one object per row "
                "with the key columns; at: epoch milliseconds, optional); see /docs")
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if field == "body" and not _is_json(media_type):  # FastAPI read no JSON at all
+            field, message = "Content-Type", (f"is {media_type!r}, so the body was not read as "
+                                              "JSON" if media_type else "is missing, so the "
+                                              "body was not read as JSON")
+            fix = f"send the header Content-Type: application/json; {fix}"
+            problems.insert(0, (field, message))
         content = ErrorBody(error=f"{field}: {message}", field=field, fix=fix).model_dump()
         content["problems"] = [{"field": f, "error": m} for f, m in problems]
         return JSONResponse(content, status_code=422)
