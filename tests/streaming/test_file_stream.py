@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -178,18 +179,28 @@ def test_times_beyond_sparks_timestamps_stream_like_any_other(
     assert (stream.totals.written, stream.totals.late) == (2, 1)
 
 
+@pytest.mark.parametrize("where", [None, "amount > 0"])
 def test_a_line_with_a_value_of_the_wrong_type_is_unusable(
-        world: World, spark: Any, tmp_path: Path) -> None:
-    """Spark would read such a value as null and the event as written without it."""
+        world: World, spark: Any, tmp_path: Path, where: str | None) -> None:
+    """Spark would read such a value as null and the event as written without it. A source's
+    ``where`` drops rows of a null amount, but a line it could not read is counted, never
+    filtered away."""
     uri = world.store(tmp_path / "store")
     normal = next(row for row in world.rows if row["ts"] is not None
                   and row["user_id"] is not None and row["amount"] is not None)
-    rows = [normal, {**normal, "amount": "abc"}, {**normal, "amount": "200"}]
+    normal = {**normal, "amount": abs(normal["amount"]) + 1.0}
+    rows = [normal, {**normal, "amount": "abc"}, {**normal, "amount": "200"},
+            {**normal, "amount": None}]
     files = write_files(tmp_path / "landing", rows, 1)
-    stream = stream_group_by(world.group_by, spark, FileSource(str(files[0].parent)), uri,
+    with files[0].open("a") as lines:
+        lines.write('{"user_id": 1, "amount": 2.0, "ts": 17\n')  # cut short
+    group_by = world.group_by if where is None else replace(
+        world.group_by, source=replace(world.group_by.source, where=where))
+    stream = stream_group_by(group_by, spark, FileSource(str(files[0].parent)), uri,
                              str(tmp_path / "checkpoint"), until_idle=True)
     stream.await_termination()
-    assert (stream.totals.written, stream.totals.unusable) == (1, 2)
+    filtered = 1 if where else 0  # the null amount, as the backfill filters it
+    assert (stream.totals.written, stream.totals.unusable) == (2 - filtered, 3)
 
 
 def test_a_bad_schema_is_named(world: World, spark: Any, tmp_path: Path) -> None:
@@ -203,6 +214,11 @@ def test_a_bad_schema_is_named(world: World, spark: Any, tmp_path: Path) -> None
                        r"double:\n.*'user_id' is not a column"):
         stream_group_by(world.group_by, spark, source, uri, str(tmp_path / "checkpoint"),
                         schema="ts bigint, amount double")
+    # a key of another type would stop the stream at its first key that is not an int
+    with pytest.raises(tt.DefinitionError, match=r"the stream's key column 'user_id' is "
+                       r"string, the upload's is int.*Fix: cast it in the source's select"):
+        stream_group_by(world.group_by, spark, source, uri, str(tmp_path / "checkpoint"),
+                        schema="user_id string, ts bigint, amount double")
 
 
 KILLED_DEFS = """

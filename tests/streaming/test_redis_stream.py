@@ -8,6 +8,7 @@ import json
 import math
 import re
 import urllib.parse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,27 +74,31 @@ def test_redis_stream_equals_backfill(world: World, spark: Any, redis_url: str, 
     assert not bad, f"{len(bad)} mismatches, e.g. {bad[:5]}"
 
 
-@pytest.mark.parametrize("layout", ["fields", "json"])
-def test_entries_that_cannot_be_read_whole_are_unusable(world: World, spark: Any,
+@pytest.mark.parametrize(("layout", "where"), [("fields", None), ("json", None),
+                                               ("fields", "amount > 0"), ("json", "amount > 0")])
+def test_entries_that_cannot_be_read_whole_are_unusable(world: World, spark: Any, *,
                                                          redis_url: str, tmp_path: Path,
-                                                         layout: str) -> None:
+                                                         layout: str, where: str | None) -> None:
     """Bytes that are not UTF-8 must not fail the batch (and every restart), and a JSON
-    value of the wrong type must not be written as null: both count as unusable, as the
-    file source counts such lines."""
+    value of the wrong type, or no JSON field at all, must not be written as null: each
+    counts as unusable, as the file source counts such lines, also past a ``where`` that
+    drops null amounts."""
     normal = next(row for row in world.rows if row["ts"] is not None
                   and row["user_id"] is not None and row["amount"] is not None)
-    good = entry(normal, layout)
+    good = entry({**normal, "amount": abs(normal["amount"]) + 1.0}, layout)
     not_utf8: dict[str, Any] = ({**good, "amount": b"\xe9"} if layout == "fields" else
                                 {"json": good["json"].encode()[:-1] + b', "x": "\xe9"}'})
     bad = [not_utf8]
     if layout == "json":
-        bad.append(entry({**normal, "amount": "abc"}, layout))
+        bad += [entry({**normal, "amount": "abc"}, layout), {"other": "{}"}]
     key = f"unreadable-{layout}"
     with redis.Redis.from_url(redis_url) as client:
         client.delete(key)
         for fields in (good, *bad, good):
             client.xadd(key, fields)
-    stream = stream_group_by(world.group_by, spark,
+    group_by = world.group_by if where is None else replace(
+        world.group_by, source=replace(world.group_by.source, where=where))
+    stream = stream_group_by(group_by, spark,
                              parse_source(f"{redis_url}?stream={key}&layout={layout}"),
                              world.store(tmp_path / "store"), str(tmp_path / "checkpoint"),
                              until_idle=True)

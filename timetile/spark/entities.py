@@ -117,13 +117,15 @@ def load_entity(spark: SparkSession, source: EntitySource, field: str) -> Entity
 
 
 def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
-                  row_columns: Sequence[str]) -> DataFrame:
+                  row_columns: Sequence[str], exempt: str | None = None) -> DataFrame:
     """Return raw mutation rows as :func:`load_entity` loads them. No job runs.
 
     Applies the source's ``where`` and ``select`` and parses the times: the row columns,
     :data:`~timetile.spark.sources.TIME` (the row's time), :data:`MUTATION_TIME` and
     :data:`IS_BEFORE`. The streaming job reads a CDC stream through it too, so both sides
-    see the same mutations. ``field`` names the source in errors (``parts[0].source``).
+    see the same mutations. ``field`` names the source in errors (``parts[0].source``). A
+    boolean column ``exempt`` is kept, and its true rows pass the ``where`` (see
+    :func:`~timetile.spark.sources.project`).
 
     Raises:
         DefinitionError: a mutation column or a row column is missing, or ``is_before`` is
@@ -154,11 +156,12 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
         # text that is no flag is null: the mutation is left out and counted
         IS_BEFORE: F.col(source.is_before_column).try_cast("boolean"),
     })
-    mutations = project(raw, source, where, keep=(MUTATION_TIME, IS_BEFORE))
+    kept = (MUTATION_TIME, IS_BEFORE, *([exempt] if exempt else []))
+    mutations = project(raw, source, where, keep=kept, exempt=exempt)
     missing = [column for column in row_columns if column not in mutations.columns]
     if missing:
         raise DefinitionError.single(
             "source", where, f"lacks the row columns {missing} that the snapshots have",
             "give the mutations the same row columns as the snapshots (or select them)")
-    mutations = mutations.select(*row_columns, MUTATION_TIME, IS_BEFORE)
+    mutations = mutations.select(*row_columns, *kept)
     return mutations.withColumn(TIME, _row_time(mutations, source))

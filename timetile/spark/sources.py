@@ -115,10 +115,12 @@ UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu"
 
 
 def project(frame: DataFrame, source: EventSource | EntitySource, field: str,
-            keep: Sequence[str] = ()) -> DataFrame:
+            keep: Sequence[str] = (), exempt: str | None = None) -> DataFrame:
     """Apply a source's ``where`` filters, then its ``select``. No job runs.
 
     The columns in ``keep`` (timetile's own, or a partition column) survive the ``select``.
+    The rows where the boolean column ``exempt`` (one of ``keep``) is true pass every
+    ``where``: a stream's malformed lines, which are counted, never filtered away.
 
     Raises:
         DefinitionError: naming ``{field}.where[i]`` or ``{field}.select.{name}`` when Spark
@@ -126,7 +128,7 @@ def project(frame: DataFrame, source: EventSource | EntitySource, field: str,
 
     """
     for index, clause in enumerate(source.filters):
-        frame = _analyzed(frame, "where", clause, f"{field}.where[{index}]")
+        frame = _analyzed(frame, "where", clause, f"{field}.where[{index}]", exempt)
     if source.projection:
         for name, expression in source.projection:
             _analyzed(frame, "select", expression, f"{field}.select.{name}")
@@ -141,11 +143,14 @@ def project(frame: DataFrame, source: EventSource | EntitySource, field: str,
     return frame
 
 
-def _analyzed(frame: DataFrame, step: str, expression: str, field: str) -> DataFrame:
-    """``frame.where(expression)`` or ``frame.select(expression)``, analyzed now."""
+def _analyzed(frame: DataFrame, step: str, expression: str, field: str,
+              exempt: str | None = None) -> DataFrame:
+    """Return ``frame.where(expression or exempt)`` or ``frame.select(expression)``, analyzed."""
     try:
-        return frame.where(F.expr(expression)) if step == "where" else frame.select(
-            F.expr(expression))
+        if step == "select":
+            return frame.select(F.expr(expression))
+        kept = F.expr(expression)
+        return frame.where(kept if exempt is None else kept | F.col(exempt))
     except AnalysisException as error:  # ParseException is one too
         reason = str(error).split("\n")[0][:300]
         raise DefinitionError.single(

@@ -333,6 +333,9 @@ def stream_writer(group_by: GroupBy, meta: GroupByMeta) -> StreamWriter:
     return TileWriter(group_by, meta, time_column=TIME)
 
 
+#: True on the rows of a line the source could not read whole (see ``events_frame``).
+MALFORMED = "_tt_malformed"
+
 #: The furthest instant from the epoch, in milliseconds, that Spark's timestamps (int64
 #: microseconds) hold, rounded in to a whole millisecond.
 MAX_INSTANT_MS = MAX_TIME // 1000
@@ -355,11 +358,15 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
 
     """
     source = group_by.source
-    if CORRUPT in raw.columns:  # a line Spark could not read whole: all null, so unusable
+    exempt = None
+    if CORRUPT in raw.columns:  # a line the source could not read whole: all null, unusable
+        exempt = MALFORMED  # and past the source's where, so that it is counted
         raw = raw.select(*[F.when(F.col(CORRUPT).isNull(), F.col(column)).alias(column)
-                           for column in raw.columns if column != CORRUPT])
+                           for column in raw.columns if column != CORRUPT],
+                         F.col(CORRUPT).isNotNull().alias(MALFORMED))
     if isinstance(source, EntitySource):
-        rows = mutation_rows(raw, source, f"{field}.source", meta.row_columns)
+        rows = _nulled_where_malformed(
+            mutation_rows(raw, source, f"{field}.source", meta.row_columns, exempt))
         types = coarse_schema(rows.select(*meta.row_columns))
         problems = group_by_problems(group_by, types, f"{field}.")
         problems += [Problem(f"{field}.source", f"the change stream's column {column!r} is "
@@ -370,11 +377,20 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
         frame = rows.select(*meta.row_columns, F.col(TIME).alias(ROW_TIME),
                             F.col(MUTATION_TIME).alias(TIME), IS_BEFORE)
     else:
-        frame = project(raw, source, f"{field}.source")
+        frame = _nulled_where_malformed(
+            project(raw, source, f"{field}.source", keep=[exempt] if exempt else [],
+                    exempt=exempt))
         column = group_by.time_column
         assert column is not None
         check_time_column(spark, frame, column, f"{field}.source.time_column")
-        problems = group_by_problems(group_by, coarse_schema(frame), f"{field}.")
+        types = coarse_schema(frame)
+        problems = group_by_problems(group_by, types, f"{field}.")
+        problems += [Problem(f"{field}.source", f"the stream's key column {key!r} is "
+                             f"{types[key]}, the upload's is {kind}", "cast it in the source's "
+                             "select, or read the stream with the upload's schema (the "
+                             "default)")
+                     for key, kind in zip(group_by.keys, meta.key_types, strict=True)
+                     if types.get(key, kind) != kind]
         frame = frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
@@ -386,6 +402,18 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
     return (frame.withColumn(EVENT_TS, F.timestamp_millis(instant))
             .withWatermark(EVENT_TS, f"{lateness_ms} milliseconds")
             .select(*stream_writer(group_by, meta).columns))
+
+
+def _nulled_where_malformed(frame: DataFrame) -> DataFrame:
+    """Null every column of the malformed rows, and drop their flag.
+
+    After the ``select``, which may fill nulls: such a row has no time, so the writer counts
+    it unusable.
+    """
+    if MALFORMED not in frame.columns:
+        return frame
+    return frame.select(*[F.when(~F.col(MALFORMED), F.col(column)).alias(column)
+                          for column in frame.columns if column != MALFORMED])
 
 
 def stream_group_by(

@@ -265,13 +265,22 @@ class RedisStreamSource:
             reader = reader.option("maxEntriesPerTrigger", str(self.max_entries_per_trigger))
         raw = reader.load()
         fields = F.col("fields")
-        if self.layout == "json":  # a wrong-typed value: the whole object in CORRUPT
-            parsed = F.from_json(fields.getItem(self.field),
-                                 StructType([*schema.fields, StructField(CORRUPT, StringType())]),
+        # CORRUPT holds what could not be read: an entry that is not UTF-8 (null fields), a
+        # json field missing or of a wrong-typed value (the whole object), so it is counted
+        if self.layout == "json":
+            text = fields.getItem(self.field)
+            parsed = F.from_json(text, StructType([*schema.fields,
+                                                   StructField(CORRUPT, StringType())]),
                                  {"columnNameOfCorruptRecord": CORRUPT})
-            return raw.select(parsed.alias("_tt_event")).select("_tt_event.*")
+            event = raw.select(parsed.alias("_tt_event"), text.alias("_tt_text"))
+            return event.select(*[F.col("_tt_event").getField(f.name).alias(f.name)
+                                  for f in schema.fields],
+                                F.when(F.col("_tt_event").isNull(),
+                                       F.coalesce(F.col("_tt_text"), F.lit("")))
+                                .otherwise(F.col("_tt_event").getField(CORRUPT)).alias(CORRUPT))
         return raw.select(*[_read_text(fields.getItem(f.name), f.dataType).alias(f.name)
-                            for f in schema.fields])
+                            for f in schema.fields],
+                          F.when(fields.isNull(), F.lit("")).alias(CORRUPT))
 
     def describe(self) -> str:
         """Name the source in logs and messages (without a password)."""
