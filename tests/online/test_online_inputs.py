@@ -11,7 +11,7 @@ import pytest
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
-from timetile.online.fetcher import Fetcher
+from timetile.online.fetcher import Fetcher, NotUploadedError
 from timetile.online.layout import KeyValueError, encode_key
 from timetile.online.store import open_store
 from timetile.online.tiles import put_events
@@ -180,3 +180,28 @@ def test_an_int_key_given_as_a_float_is_read_only_where_the_float_is_exact() -> 
     with pytest.raises(KeyValueError, match="beyond 2"):
         encode_key([float(2**53 + 2)], ["int"])
     assert encode_key([str(2**60)], ["int"]) == encode_key([2**60], ["int"])
+
+
+@pytest.mark.parametrize("change", ["adds", "drops"])
+def test_records_of_a_changed_definition_are_never_read_as_the_old(
+        spark: Any, store_uri: str, change: str) -> None:
+    """A fetcher of the last definition meets the records of the next upload before its
+    metadata: a column added gave a KeyError, a column dropped a silent null."""
+    events = spark.createDataFrame([(1, DAY_END + DAY_MS - HOUR_MS, 2.0, 3)],
+                                   "user_id long, ts long, amount double, quantity long")
+    source = tt.EventSource(events)
+    amount = tt.Aggregation("amount", "sum", windows=["1d"])
+    quantity = tt.Aggregation("quantity", "sum", windows=["1d"])
+    served, next_one = ([amount], [amount, quantity]) if change == "adds" else (
+        [amount, quantity], [amount])
+    upload(tt.GroupBy("g", source, ["user_id"], served), spark, DS, store_uri)
+    with open_store(store_uri) as store:
+        fetcher = Fetcher(tt.Join("j", source, [tt.GroupBy("g", source, ["user_id"], served)]),
+                          store)
+        upload(tt.GroupBy("g", source, ["user_id"], next_one), spark, "2024-01-03", store_uri)
+        with pytest.raises(ValueError, match=r"a batch record written for other features "
+                           r"\(it lacks or has g_quantity_sum_1d[,)].*Fix: serve the definition "
+                           r"of the last upload"):
+            fetcher.fetch([{"user_id": 1}], at=DAY_END + DAY_MS + 1)
+        with pytest.raises(NotUploadedError, match="changed since its upload"):
+            fetcher.refresh()

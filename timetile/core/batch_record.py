@@ -245,13 +245,21 @@ def read_record(data: bytes, features: Sequence[OnlineFeature],
     ``value_types`` maps each series to the dtype its aggregators take.
 
     Raises:
-        ValueError: the bytes are not a record of this version.
+        ValueError: the bytes are not a record of this version, or were written for other
+            features (an upload of a changed definition under way): its bodies are not those
+            of ``features``, or it holds a series ``value_types`` lacks.
 
     """
     day_end, slack, raw_bodies, raw_edges = decode_versioned(
         data, RECORD_VERSION, 4, "a timetile batch record",
         "re-run upload with this timetile version")
     by_name = {feature.name: feature for feature in features}
+    unknown = sorted(set(by_name) ^ {name for name, *_ in raw_bodies}
+                     | {series for series, *_ in raw_edges} - set(value_types))
+    if unknown:
+        raise ValueError(f"a batch record written for other features (it lacks or has "
+                         f"{', '.join(unknown[:3])}): an upload of a changed definition is "
+                         "under way, or ran. Fix: serve the definition of the last upload")
     bodies = {}
     for name, low, high, state in raw_bodies:
         feature = by_name.get(name)
