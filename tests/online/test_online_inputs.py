@@ -4,6 +4,7 @@ aggregated as a value, string times, and pre-aggregated periods (DESIGN §5).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -205,3 +206,19 @@ def test_records_of_a_changed_definition_are_never_read_as_the_old(
             fetcher.fetch([{"user_id": 1}], at=DAY_END + DAY_MS + 1)
         with pytest.raises(NotUploadedError, match="changed since its upload"):
             fetcher.refresh()
+
+
+def test_a_relative_store_path_is_the_drivers_after_a_chdir(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's Python workers keep the folder the JVM started in: records written there and
+    metadata here served every feature empty, after an upload that reported success."""
+    events = spark.createDataFrame([(1, DAY_END - HOUR_MS, 2.0)],
+                                   "user_id long, ts long, amount double")
+    sums = tt.GroupBy("g", tt.EventSource(events), ["user_id"],
+                      [tt.Aggregation("amount", "sum", windows=["1d"])])
+    monkeypatch.chdir(tmp_path)
+    upload(sums, spark, DS, "lmdb:relative/store")
+    with open_store("lmdb:relative/store") as store:
+        [result] = Fetcher(tt.Join("j", tt.EventSource(events), [sums]), store).fetch(
+            [{"user_id": 1}], at=DAY_END + 1)
+    assert result.features == {"g_amount_sum_1d": 2.0}

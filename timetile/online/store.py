@@ -17,6 +17,7 @@ Implementations: :class:`timetile.online.lmdb_store.LmdbStore` (embedded, the de
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.parse
 from abc import ABC, abstractmethod
@@ -134,6 +135,27 @@ def local_store_path(uri: str) -> str | None:
     if uri.startswith(("redis://", "rediss://", "unix://")):
         return None
     return _lmdb_location(uri)[0]
+
+
+def absolute_uri(uri: str) -> str:
+    """Return ``uri`` with a relative LMDB directory made absolute, from this process's folder.
+
+    For URIs sent to Spark's executors: their Python workers keep the folder the JVM started
+    in, which a ``chdir`` on the driver does not move, so a relative path would name another
+    store there.
+
+    Raises:
+        ValueError: the URI names no known store.
+
+    """
+    path = local_store_path(uri)
+    if path is None or os.path.isabs(path):
+        return uri
+    if not uri.startswith("lmdb:"):  # a bare path
+        return os.path.abspath(path)
+    query = uri.partition("?")[2]
+    return (f"lmdb://{urllib.parse.quote(os.path.abspath(path))}"
+            + (f"?{query}" if query else ""))
 
 
 _ACCEPTED = ("lmdb:///abs/path, lmdb:relative/path, a bare directory path, redis://host:port/db, "

@@ -59,7 +59,7 @@ from timetile.online.layout import (
     table_series,
     tile_table,
 )
-from timetile.online.store import open_store
+from timetile.online.store import absolute_uri, open_store
 from timetile.spark.entities import DAY, load_entity
 from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME, coarse_schema, load_events
@@ -228,6 +228,7 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
             to executors that may run on other machines.
 
     """
+    store_uri = absolute_uri(store_uri)  # the executors' folder may not be the driver's
     day_end = date_to_ms(ds) + DAY_MS
     if day_end > time.time() * 1000:
         raise DefinitionError.single(

@@ -55,7 +55,7 @@ from timetile.core.timeutil import ms_to_iso, parse_duration
 from timetile.core.windows import MAX_TIME
 from timetile.online.entity_records import ROW_TIME, MutationWriter
 from timetile.online.layout import GroupByMeta, feature_signature
-from timetile.online.store import KVStore, open_store, redacted_uri
+from timetile.online.store import KVStore, absolute_uri, open_store, redacted_uri
 from timetile.online.tiles import StreamWriter, TileWriter, read_meta
 from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
 from timetile.spark.sorted_groups import sorted_by_groups, whole_groups
@@ -479,6 +479,7 @@ def stream_group_by(
     if isinstance(source, str):
         source = parse_source(source)
     allowed = lateness_ms(lateness)
+    store_uri = absolute_uri(store_uri)  # the executors' folder may not be the driver's
     with open_store(store_uri) as store:
         meta = read_meta(store, group_by)  # fail before Spark starts anything
     raw = source.read_stream(spark, _schema(spark, group_by, schema))
