@@ -19,6 +19,7 @@ from timetile import __version__
 from timetile.cli import app
 from timetile.offline.backfill import EXECUTORS
 from timetile.offline.options import EXECUTOR_NAMES
+from timetile.online.store import open_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -279,6 +280,36 @@ def test_existing_output_needs_overwrite(runner: CliRunner, data: Paths, tmp_pat
     assert "--overwrite" in stderr
 
 
+def test_existing_output_is_caught_in_every_local_form(runner: CliRunner, data: Paths,
+                                                        tmp_path: Path) -> None:
+    """A ``file:`` URI is local too: caught before the job, naming --overwrite."""
+    defs = write_defs(tmp_path / "defs.py", data)
+    (tmp_path / "out").mkdir()
+    args = backfill_args(defs, tmp_path)
+    at = args.index("--output") + 1
+    for form in (f"file://{tmp_path / 'out'}", f"file:{tmp_path / 'out'}"):
+        args[at] = form
+        stderr = error_of(runner, args)
+        assert f"The output {form} already exists. Fix: add --overwrite" in stderr
+    args[at] = " "
+    assert "--output is empty. Fix: give a folder path or URI" in error_of(
+        runner, [*args, "--overwrite"])
+
+
+@pytest.mark.parametrize("output", ["views", "views/part", ".", "views/../checkouts"])
+def test_an_output_that_is_an_input_is_refused(runner: CliRunner, data: Paths,
+                                               tmp_path: Path, output: str) -> None:
+    """--overwrite on an input would replace it with the features computed from it."""
+    defs = write_defs(tmp_path / "defs.py", data)
+    args = backfill_args(defs, tmp_path, "--overwrite")
+    folder = Path(data["views"]).parent
+    args[args.index("--output") + 1] = str(folder / output)
+    stderr = error_of(runner, args)
+    assert f"--output {folder / output}: the Join 'tiny_model' reads" in stderr
+    assert "Fix: write the output to another folder" in stderr
+    assert Path(data["views"], "_SUCCESS").exists()  # untouched
+
+
 def test_missing_input_path(runner: CliRunner, tmp_path: Path) -> None:
     data = {"views": str(tmp_path / "no-views"), "checkouts": str(tmp_path / "no-checkouts")}
     defs = write_defs(tmp_path / "defs.py", data)
@@ -370,7 +401,12 @@ def test_fetch_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
     stderr = error_of(runner, [*fetch, "--key", "user_id=1"])  # a mistyped path, say
     assert f"--store {store}: there is no store at {tmp_path / 'store'}" in stderr
     assert not (tmp_path / "store").exists()
-    (tmp_path / "store").mkdir()
+    (tmp_path / "store").mkdir()  # a folder, of a Parquet table say: not made a store
+    (tmp_path / "store" / "part-0.parquet").write_bytes(b"")
+    stderr = error_of(runner, [*fetch, "--key", "user_id=1"])
+    assert f"there is no store at {tmp_path / 'store'} (no data.mdb)" in stderr
+    assert [path.name for path in (tmp_path / "store").iterdir()] == ["part-0.parquet"]
+    open_store(store).close()  # an empty store
     stderr = error_of(runner, [*fetch, "--key", "user_id=1"])
     assert "user_views of Join 'tiny_model' has no upload in this store" in stderr
     assert f"Fix: run timetile upload {defs} --ds YYYY-MM-DD --store {store}" in stderr

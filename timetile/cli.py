@@ -29,6 +29,7 @@ import typer
 
 from timetile import __version__, cli_online, examples
 from timetile.api.join import Join
+from timetile.api.sources import is_path
 from timetile.cli_common import (
     USAGE_ERROR,
     CliError,
@@ -41,6 +42,7 @@ from timetile.cli_common import (
 )
 from timetile.cli_common import console as stdout_console
 from timetile.cli_render import print_features, print_report, print_rows, print_summary
+from timetile.core.locations import local_path, overlapping
 from timetile.core.timeutil import ms_to_iso
 from timetile.offline.options import AUTO, DEFAULT_EXECUTOR, DEFAULT_MAX_KEY_EVENTS, EXECUTOR_NAMES
 from timetile.offline.report import JobReport
@@ -119,13 +121,30 @@ def _main(
 
 
 def _check_output(output: str, overwrite: bool) -> None:
-    local = "://" not in output and not output.startswith("file:")
-    if not local:
+    if not output.strip():
+        raise CliError("--output is empty. Fix: give a folder path or URI.")
+    path = local_path(output)
+    if path is None:
         return
-    if Path(output).exists() and not overwrite:
+    if path.exists() and not overwrite:
         raise CliError(f"The output {output} already exists. Fix: add --overwrite to replace it, "
                        "or write elsewhere.")
     check_writable("--output", output)
+
+
+def _check_not_an_input(output: str, join: Join) -> None:
+    """Refuse an output that is, holds or lies in a path the Join reads.
+
+    With --overwrite, Spark would replace the input with the features computed from it.
+    """
+    sources = [join.left, *(part.group_by.source for part in join.join_parts)]
+    tables = [getattr(source, name, None) for source in sources
+              for name in ("table", "snapshot_table", "mutation_table")]
+    read = overlapping(output, [table for table in tables
+                                if isinstance(table, str) and is_path(table)])
+    if read is not None:
+        raise CliError(f"--output {output}: the Join {join.name!r} reads {read}, which writing "
+                       "there would replace. Fix: write the output to another folder.")
 
 
 # --- running --------------------------------------------------------------------------------
@@ -245,6 +264,7 @@ def backfill(
         if partials is not None:
             check_writable("--partials", partials)
         chosen = pick_join(defs, load_joins(defs), join)
+        _check_not_an_input(output, chosen)
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
             result = run_backfill(spark, chosen, progress, start=start, end=end, output=output,
                                   output_format=output_format, strict=strict,

@@ -32,6 +32,7 @@ from timetile.cli_common import (
     user_errors,
 )
 from timetile.cli_render import format_float, print_features, print_upload
+from timetile.core.locations import local_path
 from timetile.core.timeutil import SECONDS_LIKE_MS, ms_to_iso
 from timetile.core.windows import MAX_TIME, MIN_TIME
 from timetile.online.store import KVStore, local_store_path, open_store, redacted_uri
@@ -171,9 +172,9 @@ def _open(uri: str, *, existing: bool = True) -> KVStore:
     """
     try:
         path = local_store_path(uri)
-        if existing and path is not None and not Path(path).is_dir():
-            raise CliError(f"--store {uri}: there is no store at {path}. Fix: check the path, "
-                           "or run timetile upload first, which creates it.")
+        if existing and path is not None and not (Path(path) / "data.mdb").is_file():
+            raise CliError(f"--store {uri}: there is no store at {path} (no data.mdb). Fix: "
+                           "check the path, or run timetile upload first, which creates it.")
         return open_store(uri)
     except ValueError as error:
         raise CliError(f"--store: {error}.") from None
@@ -230,7 +231,8 @@ def upload(
                     if left_out:
                         out.print(f"[yellow]{group_by.name}: {left_out:,} source rows left "
                                   "out (a null key, or an event's null time)[/yellow]")
-        print_upload(out, written, store=store, ds=ds, seconds=time.perf_counter() - began)
+        print_upload(out, written, store=redacted_uri(store), ds=ds,
+                     seconds=time.perf_counter() - began)
 
 
 def serve(
@@ -301,7 +303,7 @@ def fetch(
                 fetcher = Fetcher(chosen, kv)
             except NotUploadedError as error:
                 raise CliError(f"{str(error).partition('. Fix:')[0]}. Fix: run timetile upload "
-                               f"{defs} --ds YYYY-MM-DD --store {store}.") from None
+                               f"{defs} --ds YYYY-MM-DD --store {redacted_uri(store)}.") from None
             _check_keys(fetcher.key_columns, row)
             try:
                 [result] = fetcher.fetch([row], at=when)
@@ -429,6 +431,7 @@ def stream(
     with user_errors(debug):
         from pyspark.errors import StreamingQueryException  # noqa: PLC0415  (Spark job)
 
+        from timetile.streaming.file_source import FileSource  # noqa: PLC0415
         from timetile.streaming.job import lateness_ms, stream_group_by  # noqa: PLC0415
         from timetile.streaming.sources import parse_source  # noqa: PLC0415
 
@@ -444,6 +447,10 @@ def stream(
         except ValueError as error:
             option = "--source" if "source" in str(error) else "--lateness"
             raise CliError(f"{option}: {error}.") from None
+        folder = local_path(parsed.path) if isinstance(parsed, FileSource) else None
+        if folder is not None and not folder.is_dir():
+            raise CliError(f"--source {source}: there is no folder {folder} for the events to "
+                           "land in. Fix: check the path, or create the folder first.")
         _open(store).close()  # fail before Spark starts when the store cannot be used
         if "://" not in checkpoint:
             check_writable("--checkpoint", checkpoint)
@@ -457,7 +464,7 @@ def stream(
                     field=field)
             except LookupError as error:
                 raise CliError(f"{str(error).partition('. Fix:')[0]}. Fix: run timetile upload "
-                               f"{defs} --ds YYYY-MM-DD --store {store}.") from None
+                               f"{defs} --ds YYYY-MM-DD --store {redacted_uri(store)}.") from None
             out.print(f"streaming {group_by} from {parsed.describe()} into "
                       f"{redacted_uri(store)}",
                       markup=False, highlight=False)

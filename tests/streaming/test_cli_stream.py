@@ -71,6 +71,11 @@ def test_stream_until_idle(spark: Any, tmp_path: Path) -> None:
     bad = runner.invoke(app, [*args[:5], "kafka://broker/topic", *args[6:]], env=ENV)
     assert bad.exit_code == 2
     assert "--source: unknown stream source" in bad.stderr
+    missing = f"dir:{tmp_path / 'landed'}"  # a typo: not the definitions' fault
+    gone = runner.invoke(app, [*args[:5], missing, *args[6:]], env=ENV)
+    assert gone.exit_code == 2
+    assert (f"--source {missing}: there is no folder {tmp_path / 'landed'} for the events to "
+            "land in. Fix: check the path") in " ".join(gone.stderr.split())
     other = runner.invoke(app, [*args[:-2], str(tmp_path / "other-checkpoint"), "--until-idle"],
                           env=ENV)
     assert other.exit_code == 2

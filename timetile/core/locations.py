@@ -16,15 +16,41 @@ def is_local(location: str) -> bool:
     return "://" not in location or location.startswith("file:")
 
 
+def local_path(location: str) -> Path | None:
+    """Return a local ``location`` as an absolute path (``file:`` stripped), else None."""
+    if not is_local(location):
+        return None
+    return Path(location.removeprefix("file://").removeprefix("file:")).absolute()
+
+
+def overlapping(location: str, others: list[str]) -> str | None:
+    """Return the first of ``others`` that ``location`` is, holds or lies in (local only).
+
+    For an output that would replace its own input: resolved, so ``./a/../data`` is ``data``.
+    """
+    path = local_path(location)
+    if path is None:
+        return None
+    path = path.resolve()
+    for other in others:
+        held = local_path(other)
+        if held is None:
+            continue
+        held = held.resolve()
+        if path == held or path in held.parents or held in path.parents:
+            return other
+    return None
+
+
 def write_problem(location: str) -> str | None:
     """Return why a local ``location`` cannot be written, with the fix, or None if it can.
 
     Probed by making and removing an empty folder in the nearest existing folder on its
     path. A location with another scheme (``s3://``, ``hdfs://``) is not probed: None.
     """
-    if not is_local(location):
+    path = local_path(location)
+    if path is None:
         return None
-    path = Path(location.removeprefix("file://").removeprefix("file:")).absolute()
     folder = next(parent for parent in (path, *path.parents) if parent.exists())
     if not folder.is_dir():
         return f"{folder} is a file, not a folder. Fix: give a folder path."
