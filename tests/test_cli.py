@@ -7,6 +7,7 @@ fixture's session and never starts (or stops) another.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -341,6 +342,21 @@ def test_demo_runs_end_to_end(runner: CliRunner, spark: SparkSession, tmp_path: 
     assert f"rows  {frame.count():,} " in out
 
 
+def test_demo_refuses_bad_folders_before_any_work(runner: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    stderr = error_of(runner, ["demo", "--data-dir", str(tmp_path / "a-file" / "data")])
+    assert f"--data-dir {tmp_path / 'a-file' / 'data'}: {tmp_path / 'a-file'} is a file" in stderr
+    stderr = error_of(runner, ["demo", "--data-dir", str(tmp_path / "data"), "--output",
+                               str(tmp_path / "a-file" / "out")])
+    assert f"--output {tmp_path / 'a-file' / 'out'}: " in stderr
+    (tmp_path / "store").mkdir()  # someone's folder where the demo keeps its store
+    (tmp_path / "store" / "notes.txt").write_text("mine")
+    stderr = " ".join(error_of(runner, ["demo", "--data-dir", str(tmp_path / "data")]).split())
+    assert (f"--data-dir {tmp_path / 'data'}: {tmp_path / 'store'} is not the demo's LMDB "
+            "store, which the demo replaces. Fix: move it") in stderr
+    assert not (tmp_path / "data").exists()  # refused before generating anything
+
+
 # --- online: upload, fetch, serve -------------------------------------------------------------
 
 
@@ -449,6 +465,22 @@ def test_serve_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
     empty.write_text("import timetile as tt\n")
     stderr = error_of(runner, ["serve", str(empty), "--store", f"lmdb:{tmp_path / 'store'}"])
     assert "defines no tt.Join at module level" in stderr
+    with socket.socket() as taken:  # a busy port: refused with a fix, before the app starts
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        stderr = " ".join(error_of(runner, ["serve", str(defs), "--store", "lmdb://host/path",
+                                            "--port", str(port)]).split())
+    assert f"--host 127.0.0.1 --port {port}: cannot listen there (" in stderr
+    assert "Fix: choose another --port" in stderr
+
+
+def test_serve_prints_the_port_it_serves() -> None:
+    from timetile.cli_online import _free_port
+
+    chosen = _free_port("127.0.0.1", 0)  # --port 0: the port the OS picked, not 0
+    assert chosen > 0
+    assert _free_port("127.0.0.1", chosen) == chosen
 
 
 def test_consistency_of_logged_fetches(runner: CliRunner, spark: SparkSession, data: Paths,

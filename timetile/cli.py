@@ -302,7 +302,7 @@ def demo(
     features (the checkout model's, and the listing's rating) at noon, online.
     """
     from timetile import demo as demo_data  # noqa: PLC0415  (Spark and the engine)
-    from timetile.demo_serving import serve_demo_fetch  # noqa: PLC0415
+    from timetile.demo_serving import serve_demo_fetch, store_problem  # noqa: PLC0415
 
     console = stdout_console()
     with user_errors(debug):
@@ -311,6 +311,11 @@ def demo(
         except FileNotFoundError as error:
             raise CliError(str(error)) from error
         target = output or data_dir.parent / "output" / "checkout_model"
+        check_writable("--data-dir", str(data_dir))
+        check_writable("--output", str(target))
+        problem = store_problem(data_dir)
+        if problem is not None:
+            raise CliError(f"--data-dir {data_dir}: {problem}.")
         began = time.perf_counter()
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
             with progress.stage(f"generate data ({events:,} views) in {data_dir}"):

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -262,6 +263,7 @@ def serve(
             pick_join(defs, joins, None)  # raises: the file defines no Join
         if log_dir is not None:
             check_writable("--log-dir", str(log_dir))
+        port = _free_port(host, port)
         kv = _open(store)
         try:
             app = create_app(joins, kv, log_dir=str(log_dir) if log_dir is not None else None)
@@ -274,6 +276,28 @@ def serve(
             uvicorn.run(app, host=host, port=port, log_level="info")
         finally:
             kv.close()
+
+
+def _free_port(host: str, port: int) -> int:
+    """Return ``port`` (for 0, a free one) once a probe could listen on it at ``host``.
+
+    So a busy port is refused with a fix before the app starts, and the printed address is
+    the one served. The probe's socket is closed before uvicorn binds: another process could
+    take the port in between, and uvicorn then fails as it would have.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            probe.bind(address)
+            probe.listen()
+            return int(probe.getsockname()[1])
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise CliError(f"--host {host} --port {port}: cannot listen there ({reason}). Fix: "
+                       "choose another --port (or stop what serves on it), or a --host of "
+                       "this machine.") from None
 
 
 def fetch(

@@ -74,9 +74,9 @@ def serve_demo_fetch(spark: SparkSession, join: Join, data_dir: Path, ds: str,
     (the stream's own record lives in the store).
     """
     root = data_dir.parent
-    store_dir, landing, checkpoints = root / "store", root / "landing", root / "checkpoints"
+    store_dir, landing, checkpoints = _store_dir(data_dir), root / "landing", root / "checkpoints"
     group_bys = {part.group_by.name: part.group_by for part in join.join_parts}
-    _remove_store(store_dir)
+    _remove_store(data_dir)
     for name in group_bys:
         shutil.rmtree(landing / name, ignore_errors=True)
         shutil.rmtree(checkpoints / name, ignore_errors=True)
@@ -119,15 +119,32 @@ def land_morning(table: str, time_column: str, start: int, end: int, folder: Pat
     return land_json_lines(folder, rows, files)
 
 
-def _remove_store(folder: Path) -> None:
-    """Remove the demo's previous LMDB store, refusing a folder that is something else."""
+def store_problem(data_dir: Path) -> str | None:
+    """Return why the demo may not replace the store next to ``data_dir``, or None.
+
+    The demo starts its store afresh, so a folder there that is not an LMDB store (someone
+    else's files) is refused, before any work.
+    """
+    folder = _store_dir(data_dir)
     if not folder.exists():
-        return
-    if not (folder / "data.mdb").exists() or any(
+        return None
+    if not folder.is_dir() or not (folder / "data.mdb").exists() or any(
             entry.name not in ("data.mdb", "lock.mdb") for entry in folder.iterdir()):
-        raise FileExistsError(f"{folder} is not the demo's LMDB store: move it, or choose "
-                              "another --data-dir")
-    shutil.rmtree(folder)
+        return (f"{folder} is not the demo's LMDB store, which the demo replaces. Fix: move "
+                "it, or choose another --data-dir")
+    return None
+
+
+def _store_dir(data_dir: Path) -> Path:
+    return data_dir.parent / "store"
+
+
+def _remove_store(data_dir: Path) -> None:
+    """Remove the demo's previous LMDB store, refusing a folder that is something else."""
+    problem = store_problem(data_dir)
+    if problem is not None:
+        raise FileExistsError(problem)
+    shutil.rmtree(_store_dir(data_dir), ignore_errors=True)
 
 
 def _check(spark: SparkSession, join: Join, key: dict[str, Any], at: int,
