@@ -29,11 +29,11 @@ BATCH = 10_000
 
 
 def fill(store: KVStore, keys: int, old: int) -> None:
-    """Give ``keys`` keys a fresh tile each, and every ``keys // old``-th an old one too."""
+    """Give ``keys`` keys a fresh tile each, and ``old`` of them, evenly spread, an old one."""
     for at in range(0, keys, BATCH):
         store.put_tiles(TABLE, [(b"k%d" % i, FRESH + i % 60, b"m", b"v" * 32)
                                 for i in range(at, min(keys, at + BATCH))])
-    store.put_tiles(TABLE, [(b"k%d" % i, OLD, b"m", b"v") for i in range(0, keys, keys // old)])
+    store.put_tiles(TABLE, [(b"k%d" % (n * keys // old), OLD, b"m", b"v") for n in range(old)])
 
 
 def expiry_ms(store: KVStore, keys: int, old: int, repeat: int) -> float:
