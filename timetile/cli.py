@@ -191,6 +191,7 @@ def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, star
         writer = writable(job.dataframe(), output_format).write
         writer = writer.mode("overwrite" if overwrite else "errorifexists")
         writer.format(output_format.value).option("header", "true").save(output)
+    job.release()
     seconds = time.perf_counter() - began
     written = spark.read.format(output_format.value).option("header", "true").load(output)
     return BackfillResult(job.report, written, written.count(), seconds)

@@ -291,3 +291,20 @@ def test_windows_that_reach_past_the_first_int64_millisecond_on_every_path(
     assert note.startswith("early: hop partials of 2 days reused, 0 computed and stored"), note
     assert note.endswith(f"1 days computed but not stored, as they may still be landing "
                          f"(from epoch day {last_day})"), note
+
+
+def test_release_unpersists_what_the_tiled_pass_cached(spark: Any) -> None:
+    """Each tiled backfill persists its first stage; a long session must be able to free it."""
+    events = spark.createDataFrame([(1, BASE, 1.0), (1, BASE + HOUR_MS, 2.0)],
+                                   "k long, ts long, v double")
+    queries = spark.createDataFrame([(1, BASE + 2 * HOUR_MS, 0)], "k long, ts long, qid int")
+    join = tt.Join("kept", tt.EventSource(queries), [tt.GroupBy(
+        "kept", tt.EventSource(events), ["k"], [tt.Aggregation("v", "sum", windows=["1d"])])])
+    job = tt.BackfillJob(join, spark, executor="tiled")
+    assert rows(job.dataframe()) == [(1, BASE + 2 * HOUR_MS, 0, 3.0)]
+    [stage1] = job.options.cached
+    assert stage1.is_cached
+    job.release()
+    assert not stage1.is_cached
+    assert job.options.cached == []
+    assert rows(job.dataframe()) == [(1, BASE + 2 * HOUR_MS, 0, 3.0)]  # recomputed, cached again

@@ -253,6 +253,17 @@ class BackfillJob:
         asked = self._asked()
         return self.plan.left if asked is None else self.plan.left.where(asked)
 
+    def release(self) -> None:
+        """Unpersist what the executors cached for the output, once it is written.
+
+        The tiled pass keeps its first stage (memory, then disk) for its two readers; a
+        long-lived session running many backfills calls this after each write. Reading
+        the output again afterwards recomputes that stage.
+        """
+        for frame in self.options.cached:
+            frame.unpersist()
+        self.options.cached.clear()
+
     def dataframe(self) -> DataFrame:
         """Return the output DataFrame. Lazy: Spark runs it when you write or collect it.
 

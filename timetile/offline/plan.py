@@ -57,6 +57,8 @@ class ExecutorOptions:
         landed_before: the time before which every event has landed (a backfill's end): the
             tiled executor stores the partials of the days that end by it, and only computes
             the others. None: the start of the latest event's day, which may still be landing.
+        cached: the DataFrames an executor persisted for this job (the tiled pass's first
+            stage), which ``BackfillJob.release`` unpersists once the output is written.
 
     """
 
@@ -65,6 +67,7 @@ class ExecutorOptions:
     gauges: dict[str, Callable[[], str | None]] = field(default_factory=dict)
     key_split: KeySplit | None = None
     landed_before: int | None = None
+    cached: list[DataFrame] = field(default_factory=list)
 
 
 def query_bounds(window: Window | None, query_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -488,6 +488,7 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
         # does not run the heaviest stage twice. Spark drops it under memory pressure.
         stage1 = _hop_pass(layout, events, scans, largest).persist(
             StorageLevel.MEMORY_AND_DISK)
+        options.cached.append(stage1)  # until BackfillJob.release
         partials = stage1.where(F.col(SIDE) == PARTIAL).select(
             *keys, HOP, *layout.state_columns)
     else:
