@@ -243,6 +243,10 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
             f"after {ds}: the streamed tiles an older day's records need are expired",
             f"upload {ms_to_iso(previous - DAY_MS)[:10]} or later; rebuild an older day in a "
             "fresh store")
+    if previous == day_end:
+        log.warning("%s: %s is uploaded again. A key this upload finds no row of keeps the "
+                    "record of the earlier upload of %s (the store cannot list them to remove "
+                    "them): to drop such keys, upload into a fresh store", group_by.name, ds, ds)
     rows = _source_rows(spark, group_by, ds, field)
     schema = rows.schema
     problems = group_by_problems(group_by, schema, f"{field}.")
