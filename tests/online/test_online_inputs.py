@@ -245,3 +245,22 @@ def test_a_day_uploaded_again_warns_of_the_keys_it_no_longer_finds(
             [{"user_id": 1}, {"user_id": 2}], at=DAY_END + DAY_MS + 1)
     assert [result.features for result in fetched] == [{"g_amount_sum_2d": 1.0},
                                                        {"g_amount_sum_2d": None}]
+
+
+def test_keys_too_long_for_lmdb_are_left_out_and_counted(spark: Any, tmp_path: Path) -> None:
+    """LMDB keys end at 511 bytes: such a key failed the upload's Spark task (after other
+    tasks had written), where it is now left out like a null key, and counted."""
+    long_key = "k" * 600
+    rows = [("a", DAY_END - HOUR_MS, 1.0), (long_key, DAY_END - HOUR_MS, 2.0),
+            (long_key, DAY_END - 2 * HOUR_MS, 4.0)]
+    events = spark.createDataFrame(rows, "name string, ts long, amount double")
+    sums = tt.GroupBy("g", tt.EventSource(events), ["name"],
+                      [tt.Aggregation("amount", "sum", windows=["1d"])])
+    uri = f"lmdb://{tmp_path / 'store'}"
+    report = upload(sums, spark, DS, uri)
+    assert (report.written["g"][0], report.left_out["g"]) == (1, 2)
+    with open_store(uri) as store:
+        fetched = Fetcher(tt.Join("j", tt.EventSource(events), [sums]), store).fetch(
+            [{"name": "a"}, {"name": long_key}], at=DAY_END + 1)
+    assert [result.features for result in fetched] == [{"g_amount_sum_1d": 1.0},
+                                                       {"g_amount_sum_1d": None}]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from timetile.online.lmdb_store import LmdbStore
+from timetile.online.lmdb_store import MAX_TABLES, LmdbStore
 from timetile.online.redis_store import RedisStore
 from timetile.online.store import KVStore, StoreUnavailable, Tile, open_store
 
@@ -437,3 +437,15 @@ def test_lmdb_in_a_forked_child_says_to_open_after_forking(tmp_path: Path) -> No
         os.waitpid(pid, 0)
         assert b"open stores after forking" in message
         assert parent.multi_get("t", [b"k"]) == [b"v"]
+
+
+def test_lmdb_table_limit_is_named_with_a_fix(tmp_path: Path) -> None:
+    """About 500 GroupBys fill a store's tables; the next one gets the limit and a fix, not a
+    raw lmdb error whose advice (max_dbs=) no URI option offers."""
+    with LmdbStore(str(tmp_path / "store")) as store:
+        for index in range(MAX_TABLES):
+            store.multi_put(f"t{index}", [(b"k", b"v")])
+        with pytest.raises(ValueError, match=rf"holds {MAX_TABLES} tables, its most, and 'more' "
+                           r"would be one more.*Fix: serve the other GroupBys from another"):
+            store.multi_put("more", [(b"k", b"v")])
+        assert store.multi_get("t0", [b"k"]) == [b"v"]

@@ -35,7 +35,8 @@ its input (a Spark job, a stream from its checkpoint) may choose ``sync=False``.
 
 Limits. LMDB keys are at most :attr:`LmdbStore.max_key_size` bytes (511 in the standard
 build): a record key up to that, a tile's key + member up to 10 bytes fewer. Keys must not be
-empty. Values may be large (overflow pages), up to the map size.
+empty. Values may be large (overflow pages), up to the map size. A store holds at most
+:data:`MAX_TABLES` tables: about 500 GroupBys, as each takes two (its records and its tiles).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from timetile.online.store import KVStore, StoreUnavailable, Tile, check_table
 
 #: Default map size: 64 GiB of address space, no disk until used.
 DEFAULT_MAP_SIZE = 64 << 30
+#: The most named tables (LMDB sub-databases) one store holds.
+MAX_TABLES = 1024
 
 _SIGN = 1 << 63
 _MIN_START = -(1 << 63)
@@ -92,7 +95,7 @@ class _Env:
         self.readonly = readonly
         self.users = 0
         self.env = lmdb.open(path, map_size=map_size, readonly=readonly, sync=sync,
-                             lock=True, max_dbs=1024, max_readers=512, subdir=True,
+                             lock=True, max_dbs=MAX_TABLES, max_readers=512, subdir=True,
                              create=not readonly)
         self._cond = threading.Condition()
         self._open_lock = threading.Lock()  # mdb_dbi_open is not thread-safe
@@ -176,6 +179,12 @@ class _Env:
                         handle = self.env.open_db(name, create=create)
                 except lmdb.NotFoundError:
                     return None
+                except lmdb.DbsFullError:
+                    table = name.decode(errors="replace").partition(":")[2]
+                    raise ValueError(
+                        f"LMDB at {self.path} holds {MAX_TABLES} tables, its most, and "
+                        f"{table!r} would be one more (each GroupBy takes two). Fix: serve "
+                        "the other GroupBys from another store, or from Redis") from None
                 except lmdb.MapResizedError:
                     self.resize(seen, 0)
                 else:

@@ -76,7 +76,8 @@ class UploadReport:
     """What an upload wrote, per GroupBy: ``{name: (keys, bytes)}``, and its day end.
 
     ``left_out`` counts, per GroupBy, the source rows no record holds: events whose time or
-    a key is null, snapshot rows whose key is null.
+    a key is null, snapshot rows whose key is null, rows of a key longer than the store's
+    keys may be (LMDB's 511 bytes).
     """
 
     ds: str
@@ -109,17 +110,25 @@ class _RecordWriter(ABC):
         """Return the record of one key's rows."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Write the records of this partition's keys; yield (records, bytes) written."""
+        """Write the records of this partition's keys; yield what it wrote and left out.
+
+        Yields (records, bytes) written and the rows of the keys too long for the store
+        (LMDB's ``max_key_size``), which are not written.
+        """
         keys, table = self.keys, self.table
         pending: list[tuple[bytes, bytes]] = []
-        written = size = 0
+        written = size = too_long = 0
         with open_store(self.store_uri) as store:
+            limit = getattr(store, "max_key_size", None)
             for whole in whole_groups(batches, keys):
                 for begin, end in group_bounds(whole, keys):
                     group = whole.slice(begin, end - begin)
-                    record = self.record(group)
                     key = encode_key([group.column(k)[0].as_py() for k in keys],
                                      self.meta.key_types)
+                    if limit is not None and len(key) > limit:
+                        too_long += end - begin
+                        continue
+                    record = self.record(group)
                     pending.append((key, record))
                     written, size = written + 1, size + len(record)
                     if len(pending) >= PUT_BATCH:
@@ -127,7 +136,8 @@ class _RecordWriter(ABC):
                         pending = []
             if pending:
                 store.multi_put(table, pending)
-        yield pa.RecordBatch.from_pydict({"records": [written], "bytes": [size]})
+        yield pa.RecordBatch.from_pydict({"records": [written], "bytes": [size],
+                                          "too_long": [too_long]})
 
 
 class _EventRecords(_RecordWriter):
@@ -295,8 +305,9 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
         records = rows.frame.where(usable).select(  # a key may be aggregated too
             *dict.fromkeys([*group_by.keys, TIME, *columns]))
     totals: Any = (sorted_by_groups(records, group_by.keys)
-                   .mapInArrow(writer, "records long, bytes long")
-                   .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
+                   .mapInArrow(writer, "records long, bytes long, too_long long")
+                   .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"),
+                        F.sum("too_long").alias("too_long"))
                    .first())
     if stored is not None and stored.signature != meta.signature:
         _reset_stream(store_uri, group_by.name)
@@ -309,12 +320,21 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     keys, size = int(totals["records"] or 0), int(totals["bytes"] or 0)
     log.info("uploaded %s: %s keys, %s bytes as of %s", group_by.name, f"{keys:,}",
              f"{size:,}", ds)
-    left_out = int(rows.frame.agg(F.count_if(~rows.placed)).first()[0]  # type: ignore[index]
+    return keys, size, _left_out(group_by.name, rows, int(totals["too_long"] or 0))
+
+
+def _left_out(name: str, rows: _SourceRows, too_long: int) -> int:
+    """Count the source rows no record holds (one more scan), and warn of them."""
+    unplaced = int(rows.frame.agg(F.count_if(~rows.placed)).first()[0]  # type: ignore[index]
                    or 0)
-    if left_out:
+    if unplaced:
         log.warning("%s: %s rows left out of the upload (a null key, or an event's null time)",
-                    group_by.name, f"{left_out:,}")
-    return keys, size, left_out
+                    name, f"{unplaced:,}")
+    if too_long:
+        log.warning("%s: %s rows left out of the upload, of keys longer than the store's keys "
+                    "may be (a fetch of such a key finds no record): shorten or hash them in "
+                    "the source's select, or serve from Redis", name, f"{too_long:,}")
+    return unplaced + too_long
 
 
 def _stored_meta(store_uri: str, group_by: GroupBy) -> GroupByMeta | None:
