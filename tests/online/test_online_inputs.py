@@ -264,3 +264,11 @@ def test_keys_too_long_for_lmdb_are_left_out_and_counted(spark: Any, tmp_path: P
             [{"name": "a"}, {"name": long_key}], at=DAY_END + 1)
     assert [result.features for result in fetched] == [{"g_amount_sum_1d": 1.0},
                                                        {"g_amount_sum_1d": None}]
+    streamed = pa.table({"name": ["a", long_key], "ts": [DAY_END + 1, DAY_END + 2],
+                         "amount": [8.0, 16.0]})
+    with open_store(uri) as store:  # as a null key: counted, and the stream goes on
+        counts = put_events(store, sums, streamed, "b1")
+        assert (counts.written, counts.unusable, counts.tiles) == (1, 1, 1)
+        [result] = Fetcher(tt.Join("j", tt.EventSource(events), [sums]), store).fetch(
+            [{"name": "a"}], at=DAY_END + 5)
+    assert result.features == {"g_amount_sum_1d": 9.0}

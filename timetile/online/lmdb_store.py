@@ -278,6 +278,12 @@ class LmdbStore(KVStore):
             raise StoreUnavailable(f"{self!r} is closed")
         return self._shared
 
+    def fits(self, key: bytes, member: bytes | None = None) -> bool:
+        """Whether ``key`` (with a tile's ``member``) is within :attr:`max_key_size`."""
+        limit = (self.max_key_size if member is None
+                 else self.max_key_size - _TILE_OVERHEAD - len(member))
+        return 0 < len(key) <= limit
+
     def _check_key(self, key: bytes, limit: int) -> None:
         if not key:
             raise ValueError("keys must not be empty")

@@ -66,6 +66,14 @@ class KVStore(ABC):
         old tiles, O(keys touched · log n + deleted).
         """
 
+    def fits(self, key: bytes, member: bytes | None = None) -> bool:  # noqa: ARG002
+        """Return whether the store can hold ``key``.
+
+        As a record's key, or with ``member`` as a tile's. Every non-empty key fits, unless
+        a store limits them (LMDB: 511 bytes).
+        """
+        return bool(key)
+
     @abstractmethod
     def ping(self) -> None:
         """Raise :class:`StoreUnavailable` when the store cannot be used."""

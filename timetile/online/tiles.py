@@ -14,7 +14,7 @@ arrived late, the next upload adds them): they are counted and not written.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -46,8 +46,8 @@ class TileWriteReport:
     Attributes:
         written: rows written into tiles.
         late: rows before the upload's day end: not written (the next upload has them).
-        unusable: rows with a null time or a null key (or, for a mutation, no ``is_before``):
-            not written.
+        unusable: rows with a null time or a null key (or, for a mutation, no ``is_before``),
+            or a key longer than the store's keys may be: not written.
         tiles: (key, tile) entries written.
         behind_watermark: rows at or after the day end but before the stream's watermark:
             not written (the next upload has them). Always 0 without a watermark.
@@ -222,9 +222,16 @@ class StreamWriter(ABC):
         member = batch.encode()
         entries = [(key, tile, member, value) for (key, tile), value
                    in zip(placement.groups, self.encode(events, placement), strict=True)]
-        if entries:
-            store.put_tiles(self.table, entries)
-        return placement.report
+        unfit = [(key, tile) for key, tile in placement.groups if not store.fits(key, member)]
+        kept = [entry for entry in entries if store.fits(entry[0], member)]
+        if kept:
+            store.put_tiles(self.table, kept)
+        if not unfit:
+            return placement.report
+        rows = sum(len(placement.groups[group]) for group in unfit)  # too long: as a null key
+        report = placement.report
+        return replace(report, written=report.written - rows, unusable=report.unusable + rows,
+                       tiles=report.tiles - len(unfit))
 
     def place(self, events: pa.Table, watermark: int | None) -> Placement:
         """Place every row, or count why it is not written. O(rows)."""

@@ -119,13 +119,12 @@ class _RecordWriter(ABC):
         pending: list[tuple[bytes, bytes]] = []
         written = size = too_long = 0
         with open_store(self.store_uri) as store:
-            limit = getattr(store, "max_key_size", None)
             for whole in whole_groups(batches, keys):
                 for begin, end in group_bounds(whole, keys):
                     group = whole.slice(begin, end - begin)
                     key = encode_key([group.column(k)[0].as_py() for k in keys],
                                      self.meta.key_types)
-                    if limit is not None and len(key) > limit:
+                    if not store.fits(key):
                         too_long += end - begin
                         continue
                     record = self.record(group)
