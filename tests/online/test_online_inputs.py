@@ -188,7 +188,8 @@ def test_records_of_a_changed_definition_are_never_read_as_the_old(
         spark: Any, store_uri: str, change: str) -> None:
     """A fetcher of the last definition meets the records of the next upload before its
     metadata: a column added gave a KeyError, a column dropped a silent null."""
-    events = spark.createDataFrame([(1, DAY_END + DAY_MS - HOUR_MS, 2.0, 3)],
+    events = spark.createDataFrame([(1, DAY_END + DAY_MS - HOUR_MS, 2.0, 3),
+                                    (2, DAY_END - HOUR_MS, 4.0, 5)],  # not in the next's 1d
                                    "user_id long, ts long, amount double, quantity long")
     source = tt.EventSource(events)
     amount = tt.Aggregation("amount", "sum", windows=["1d"])
@@ -206,6 +207,11 @@ def test_records_of_a_changed_definition_are_never_read_as_the_old(
             fetcher.fetch([{"user_id": 1}], at=DAY_END + DAY_MS + 1)
         with pytest.raises(NotUploadedError, match="changed since its upload"):
             fetcher.refresh()
+        # key 2 keeps its record of the last definition, as of an earlier day: read as empty
+        current = Fetcher(tt.Join("j", source, [tt.GroupBy("g", source, ["user_id"],
+                                                           next_one)]), store)
+        fetched = current.fetch([{"user_id": 1}, {"user_id": 2}], at=DAY_END + DAY_MS + 1)
+    assert [result.features["g_amount_sum_1d"] for result in fetched] == [2.0, None]
 
 
 def test_a_relative_store_path_is_the_drivers_after_a_chdir(

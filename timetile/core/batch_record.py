@@ -239,10 +239,13 @@ def build_record(features: Sequence[OnlineFeature], columns: Mapping[str, Series
 
 
 def read_record(data: bytes, features: Sequence[OnlineFeature],
-                value_types: Mapping[str, np.dtype[Any]]) -> BatchRecord:
+                value_types: Mapping[str, np.dtype[Any]], since: int | None = None
+                ) -> BatchRecord:
     """Decode a record written by :func:`build_record` for the same ``features``.
 
-    ``value_types`` maps each series to the dtype its aggregators take.
+    ``value_types`` maps each series to the dtype its aggregators take. A record whose day
+    ends before ``since`` (an earlier day's upload, perhaps of an earlier definition, which
+    the caller reads as empty) comes back with no bodies and no edges, unchecked.
 
     Raises:
         ValueError: the bytes are not a record of this version, or were written for other
@@ -253,6 +256,8 @@ def read_record(data: bytes, features: Sequence[OnlineFeature],
     day_end, slack, raw_bodies, raw_edges = decode_versioned(
         data, RECORD_VERSION, 4, "a timetile batch record",
         "re-run upload with this timetile version")
+    if since is not None and day_end < since:
+        return BatchRecord(day_end, slack, {}, {})
     by_name = {feature.name: feature for feature in features}
     unknown = sorted(set(by_name) ^ {name for name, *_ in raw_bodies}
                      | {series for series, *_ in raw_edges} - set(value_types))
