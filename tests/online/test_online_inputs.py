@@ -183,35 +183,48 @@ def test_an_int_key_given_as_a_float_is_read_only_where_the_float_is_exact() -> 
     assert encode_key([str(2**60)], ["int"]) == encode_key([2**60], ["int"])
 
 
-@pytest.mark.parametrize("change", ["adds", "drops"])
+@pytest.mark.parametrize("change", ["adds", "drops", "k"])
 def test_records_of_a_changed_definition_are_never_read_as_the_old(
         spark: Any, store_uri: str, change: str) -> None:
     """A fetcher of the last definition meets the records of the next upload before its
-    metadata: a column added gave a KeyError, a column dropped a silent null."""
+    metadata: a column added gave a KeyError, a column dropped a silent null, a changed
+    ``k`` (which no output name holds) the old number of items."""
     events = spark.createDataFrame([(1, DAY_END + DAY_MS - HOUR_MS, 2.0, 3),
-                                    (2, DAY_END - HOUR_MS, 4.0, 5)],  # not in the next's 1d
+                                    (2, DAY_END - HOUR_MS, 4.0, 5),  # not in the next's 1d
+                                    (3, DAY_END + DAY_MS - 2 * HOUR_MS, 8.0, 7)],
                                    "user_id long, ts long, amount double, quantity long")
     source = tt.EventSource(events)
     amount = tt.Aggregation("amount", "sum", windows=["1d"])
-    quantity = tt.Aggregation("quantity", "sum", windows=["1d"])
-    served, next_one = ([amount], [amount, quantity]) if change == "adds" else (
-        [amount, quantity], [amount])
-    upload(tt.GroupBy("g", source, ["user_id"], served), spark, DS, store_uri)
+    served, next_one = {
+        "adds": ([amount], [amount, tt.Aggregation("quantity", "sum", windows=["1d"])]),
+        "drops": ([amount, tt.Aggregation("quantity", "sum", windows=["1d"])], [amount]),
+        "k": ([amount, tt.Aggregation("quantity", "last_k", k=1, windows=["1d"])],
+              [amount, tt.Aggregation("quantity", "last_k", k=5, windows=["1d"])]),
+    }[change]
+
+    def group_by(aggregations: list[tt.Aggregation]) -> tt.GroupBy:
+        return tt.GroupBy("g", source, ["user_id"], aggregations)
+
+    upload(group_by(served), spark, DS, store_uri)
     with open_store(store_uri) as store:
-        fetcher = Fetcher(tt.Join("j", source, [tt.GroupBy("g", source, ["user_id"], served)]),
-                          store)
-        upload(tt.GroupBy("g", source, ["user_id"], next_one), spark, "2024-01-03", store_uri)
-        with pytest.raises(ValueError, match=r"a batch record written for other features "
-                           r"\(it lacks or has g_quantity_sum_1d[,)].*Fix: serve the definition "
-                           r"of the last upload"):
+        fetcher = Fetcher(tt.Join("j", source, [group_by(served)]), store)
+        upload(group_by(next_one), spark, "2024-01-03", store_uri)
+        with pytest.raises(ValueError, match=r"a batch record newer than the served upload, "
+                           r"of another definition.*Fix: once it is done, serve the new"):
             fetcher.fetch([{"user_id": 1}], at=DAY_END + DAY_MS + 1)
         with pytest.raises(NotUploadedError, match="changed since its upload"):
             fetcher.refresh()
         # key 2 keeps its record of the last definition, as of an earlier day: read as empty
-        current = Fetcher(tt.Join("j", source, [tt.GroupBy("g", source, ["user_id"],
-                                                           next_one)]), store)
+        current = Fetcher(tt.Join("j", source, [group_by(next_one)]), store)
         fetched = current.fetch([{"user_id": 1}, {"user_id": 2}], at=DAY_END + DAY_MS + 1)
-    assert [result.features["g_amount_sum_1d"] for result in fetched] == [2.0, None]
+        assert [result.features["g_amount_sum_1d"] for result in fetched] == [2.0, None]
+        # the same day under the old definition, then again under the new one without key
+        # 3: its record of that day is the old definition's, left over, so read as empty
+        upload(group_by(served), spark, "2024-01-03", store_uri)
+        upload(tt.GroupBy("g", tt.EventSource(events, where="user_id != 3"), ["user_id"],
+                          next_one), spark, "2024-01-03", store_uri)
+        again = current.fetch([{"user_id": 1}, {"user_id": 3}], at=DAY_END + DAY_MS + 1)
+    assert [result.features["g_amount_sum_1d"] for result in again] == [2.0, None]
 
 
 def test_a_relative_store_path_is_the_drivers_after_a_chdir(

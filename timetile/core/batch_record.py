@@ -35,7 +35,7 @@ from timetile.core.types import ValueType
 from timetile.core.windows import WindowKind, window_interval
 
 #: The first element of every encoded record; bump it when the layout changes.
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: the definition's signature
 #: How long after ``day_end`` a record answers exactly: past the next daily upload.
 #: Two days: the upload of day D can only start once D has ended, and the previous record
 #: must still answer exactly until the new one lands.
@@ -209,8 +209,11 @@ class BatchRecord:
 
 
 def build_record(features: Sequence[OnlineFeature], columns: Mapping[str, Series],
-                 day_end: int, slack: int = DEFAULT_SLACK_MS) -> bytes:
+                 day_end: int, slack: int = DEFAULT_SLACK_MS, signature: str = "") -> bytes:
     """Encode the batch record of one key from its events before ``day_end``.
+
+    ``signature`` names the definition the features come from (the upload's
+    ``feature_signature``): a reader of another definition knows the record is not its own.
 
     ``columns`` maps each feature's series to its non-null values and times (as the
     feature's aggregator takes them); events at or after ``day_end`` must not be passed.
@@ -235,36 +238,36 @@ def build_record(features: Sequence[OnlineFeature], columns: Mapping[str, Series
         for low, high, body_low, body_high in spans:
             keep |= _in(times, low, high) & ~_in(times, body_low, body_high)
         edges.append((column, *encode_series(values[keep], times[keep])))
-    return encode((RECORD_VERSION, day_end, slack, tuple(bodies), tuple(edges)))
+    return encode((RECORD_VERSION, day_end, slack, signature, tuple(bodies), tuple(edges)))
 
 
 def read_record(data: bytes, features: Sequence[OnlineFeature],
-                value_types: Mapping[str, np.dtype[Any]], since: int | None = None
-                ) -> BatchRecord:
+                value_types: Mapping[str, np.dtype[Any]], *, signature: str | None = None,
+                since: int | None = None) -> BatchRecord:
     """Decode a record written by :func:`build_record` for the same ``features``.
 
-    ``value_types`` maps each series to the dtype its aggregators take. A record whose day
-    ends before ``since`` (an earlier day's upload, perhaps of an earlier definition, which
-    the caller reads as empty) comes back with no bodies and no edges, unchecked.
+    ``value_types`` maps each series to the dtype its aggregators take. A record the caller
+    reads as empty comes back with no bodies and no edges, undecoded: one whose day ends
+    before ``since`` (an earlier day's upload), or one of another ``signature`` whose day
+    ends by ``since`` (left by an earlier upload of another definition).
 
     Raises:
-        ValueError: the bytes are not a record of this version, or were written for other
-            features (an upload of a changed definition under way): its bodies are not those
-            of ``features``, or it holds a series ``value_types`` lacks.
+        ValueError: the bytes are not a record of this version, or are of another
+            ``signature`` and newer than ``since`` (an upload of a changed definition is
+            under way).
 
     """
-    day_end, slack, raw_bodies, raw_edges = decode_versioned(
-        data, RECORD_VERSION, 4, "a timetile batch record",
+    day_end, slack, written_for, raw_bodies, raw_edges = decode_versioned(
+        data, RECORD_VERSION, 5, "a timetile batch record",
         "re-run upload with this timetile version")
-    if since is not None and day_end < since:
+    foreign = signature is not None and written_for != signature
+    if since is not None and (day_end < since or (foreign and day_end == since)):
         return BatchRecord(day_end, slack, {}, {})
+    if foreign:
+        raise ValueError("a batch record newer than the served upload, of another definition: "
+                         "an upload of a changed definition is under way. Fix: once it is "
+                         "done, serve the new definition")
     by_name = {feature.name: feature for feature in features}
-    unknown = sorted(set(by_name) ^ {name for name, *_ in raw_bodies}
-                     | {series for series, *_ in raw_edges} - set(value_types))
-    if unknown:
-        raise ValueError(f"a batch record written for other features (it lacks or has "
-                         f"{', '.join(unknown[:3])}): an upload of a changed definition is "
-                         "under way, or ran. Fix: serve the definition of the last upload")
     bodies = {}
     for name, low, high, state in raw_bodies:
         feature = by_name.get(name)

@@ -305,7 +305,7 @@ class Fetcher:
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
             record = empty if data is None else self._records.get(
                 data, lambda raw: read_record(raw, served.features, served.dtypes,
-                                              since=meta.day_end))
+                                              signature=meta.signature, since=meta.day_end))
             if record.day_end < meta.day_end:  # the last upload found no event of this key
                 record = empty  # (a newer one is an upload under way: it answers by itself)
             if not record.covers(when) and group_by.name not in result.stale:

@@ -152,7 +152,7 @@ class _EventRecords(_RecordWriter):
         group = group.take(pc.sort_indices(group, sort_keys=[(TIME, "ascending")]))
         times = group.column(TIME).to_numpy().astype(np.int64)
         return build_record(self.features, table_series(group, times, self.series),
-                            self.meta.day_end, self.meta.slack)
+                            self.meta.day_end, self.meta.slack, self.meta.signature)
 
 
 class _EntityRecords(_RecordWriter):
