@@ -298,7 +298,7 @@ def test_an_int_key_as_a_float_beyond_2_53_is_422(client: TestClient) -> None:
                                 b'1152921504606847000.0, "seller_id": 2}]}',
                                 headers={"Content-Type": "application/json"}), 422)
     assert body["field"] == "rows[0].user_id"
-    assert "is a float beyond 2**53" in body["error"]
+    assert "is a float at or beyond 2**53" in body["error"]
     assert post(client, [{"user_id": 1.0, "seller_id": 2}]).status_code == 200
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from timetile.online.lmdb_store import MAX_TABLES, LmdbStore
+from timetile.online.lmdb_store import MAX_MEMBER, MAX_TABLES, LmdbStore
 from timetile.online.redis_store import RedisStore
 from timetile.online.store import KVStore, StoreUnavailable, Tile, open_store
 
@@ -437,6 +437,18 @@ def test_lmdb_in_a_forked_child_says_to_open_after_forking(tmp_path: Path) -> No
         os.waitpid(pid, 0)
         assert b"open stores after forking" in message
         assert parent.multi_get("t", [b"k"]) == [b"v"]
+
+
+def test_a_key_that_fits_fits_every_tile(tmp_path: Path) -> None:
+    """One limit for records and tiles, with room for the longest batch id."""
+    with LmdbStore(str(tmp_path / "store")) as store:
+        longest = b"k" * (store.max_key_size - 10 - MAX_MEMBER)
+        assert store.fits(longest)
+        assert not store.fits(longest + b"k")
+        assert not store.fits(b"")
+        store.multi_put("t", [(longest, b"v")])
+        store.put_tiles("t", [(longest, 0, str(-(2**63)).encode(), b"v")])
+        assert store.get_tiles("t", [longest], 0, 1) == [[(0, str(-(2**63)).encode(), b"v")]]
 
 
 def test_lmdb_table_limit_is_named_with_a_fix(tmp_path: Path) -> None:

@@ -219,6 +219,12 @@ def test_a_bad_schema_is_named(world: World, spark: Any, tmp_path: Path) -> None
                        r"string, the upload's is int.*Fix: cast it in the source's select"):
         stream_group_by(world.group_by, spark, source, uri, str(tmp_path / "checkpoint"),
                         schema="user_id string, ts bigint, amount double")
+    # ints read as a string key's digits, or as a float key: those streams are taken
+    raw = world.group_by.source.table.limit(1)  # user_id is a bigint
+    with open_store(uri) as store:
+        meta = read_meta(store, world.group_by)
+    for upload_type in ("string", "float"):
+        events_frame(world.group_by, spark, raw, replace(meta, key_types=(upload_type,)))
 
 
 KILLED_DEFS = """

@@ -177,9 +177,9 @@ def _int_key(value: Any) -> int:
                     and value.strip().lstrip("-").isdigit()))
     if not readable:
         raise ValueError(f"{_shown(value)} cannot be read as int")
-    if isinstance(value, float) and abs(value) > 2**53:  # another int may have given it
-        raise ValueError(f"{_shown(value)} is a float beyond 2**53, which cannot tell "
-                         "neighbouring ints apart: send it as an integer or a digit string")
+    if isinstance(value, float) and abs(value) >= 2**53:  # 2**53 + 1 reads as 2**53 too
+        raise ValueError(f"{_shown(value)} is a float at or beyond 2**53, where floats cannot "
+                         "tell neighbouring ints apart: send it as an integer or a digit string")
     number = int(value)
     if not -(2**63) <= number < 2**63:
         raise ValueError(f"{_shown(value)} is beyond a 64-bit int, which no key column holds")

@@ -34,7 +34,8 @@ process crash loses nothing). Records and tiles are idempotent, so a writer that
 its input (a Spark job, a stream from its checkpoint) may choose ``sync=False``.
 
 Limits. LMDB keys are at most :attr:`LmdbStore.max_key_size` bytes (511 in the standard
-build): a record key up to that, a tile's key + member up to 10 bytes fewer. Keys must not be
+build): a record key up to that, a tile's key + member up to 10 bytes fewer. Upload and the
+stream write only keys that :meth:`LmdbStore.fits` (481 bytes), and count the rest. Keys must not be
 empty. Values may be large (overflow pages), up to the map size. A store holds at most
 :data:`MAX_TABLES` tables: about 500 GroupBys, as each takes two (its records and its tiles).
 """
@@ -60,6 +61,8 @@ _SIGN = 1 << 63
 _MIN_START = -(1 << 63)
 _MAX_START = (1 << 63) - 1
 _TILE_OVERHEAD = 2 + 8  # key length prefix + tile start
+#: The longest tile member :meth:`LmdbStore.fits` leaves room for: a micro-batch id.
+MAX_MEMBER = len(str(-(2**63)))
 
 
 def _start_bytes(start: int) -> bytes:
@@ -278,11 +281,14 @@ class LmdbStore(KVStore):
             raise StoreUnavailable(f"{self!r} is closed")
         return self._shared
 
-    def fits(self, key: bytes, member: bytes | None = None) -> bool:
-        """Whether ``key`` (with a tile's ``member``) is within :attr:`max_key_size`."""
-        limit = (self.max_key_size if member is None
-                 else self.max_key_size - _TILE_OVERHEAD - len(member))
-        return 0 < len(key) <= limit
+    def fits(self, key: bytes) -> bool:
+        """Whether ``key`` is short enough for a record and for a tile of any stream batch.
+
+        One limit for both: :attr:`max_key_size` less a tile's overhead and the longest
+        member a stream writes (:data:`MAX_MEMBER`, an int64 batch id), so a key is either
+        served whole or left out whole, never recorded but not streamed.
+        """
+        return 0 < len(key) <= self.max_key_size - _TILE_OVERHEAD - MAX_MEMBER
 
     def _check_key(self, key: bytes, limit: int) -> None:
         if not key:

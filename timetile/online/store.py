@@ -66,11 +66,10 @@ class KVStore(ABC):
         old tiles, O(keys touched · log n + deleted).
         """
 
-    def fits(self, key: bytes, member: bytes | None = None) -> bool:  # noqa: ARG002
-        """Return whether the store can hold ``key``.
+    def fits(self, key: bytes) -> bool:
+        """Return whether the store can hold ``key``, as a record's and as a tile's.
 
-        As a record's key, or with ``member`` as a tile's. Every non-empty key fits, unless
-        a store limits them (LMDB: 511 bytes).
+        Every non-empty key fits, unless a store limits them (LMDB: 481 bytes).
         """
         return bool(key)
 

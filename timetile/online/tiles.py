@@ -222,8 +222,8 @@ class StreamWriter(ABC):
         member = batch.encode()
         entries = [(key, tile, member, value) for (key, tile), value
                    in zip(placement.groups, self.encode(events, placement), strict=True)]
-        unfit = [(key, tile) for key, tile in placement.groups if not store.fits(key, member)]
-        kept = [entry for entry in entries if store.fits(entry[0], member)]
+        unfit = [(key, tile) for key, tile in placement.groups if not store.fits(key)]
+        kept = [entry for entry in entries if store.fits(entry[0])]
         if kept:
             store.put_tiles(self.table, kept)
         if not unfit:

@@ -77,7 +77,7 @@ class UploadReport:
 
     ``left_out`` counts, per GroupBy, the source rows no record holds: events whose time or
     a key is null, snapshot rows whose key is null, rows of a key longer than the store's
-    keys may be (LMDB's 511 bytes).
+    keys may be (LMDB: 481 bytes, see ``LmdbStore.fits``).
     """
 
     ds: str
@@ -113,7 +113,7 @@ class _RecordWriter(ABC):
         """Write the records of this partition's keys; yield what it wrote and left out.
 
         Yields (records, bytes) written and the rows of the keys too long for the store
-        (LMDB's ``max_key_size``), which are not written.
+        (``KVStore.fits``), which are not written.
         """
         keys, table = self.keys, self.table
         pending: list[tuple[bytes, bytes]] = []

@@ -333,6 +333,11 @@ def stream_writer(group_by: GroupBy, meta: GroupByMeta) -> StreamWriter:
     return TileWriter(group_by, meta, time_column=TIME)
 
 
+#: (stream key type, upload key type) pairs whose every value the store's key encoding reads
+#: as the upload's key: the same type, or an int read as a string's digits or as a float.
+_KEY_READINGS = frozenset({*((kind, kind) for kind in ("int", "string", "bool", "float")),
+                           ("int", "string"), ("int", "float")})
+
 #: True on the rows of a line the source could not read whole (see ``events_frame``).
 MALFORMED = "_tt_malformed"
 
@@ -390,7 +395,7 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
                              "select, or read the stream with the upload's schema (the "
                              "default)")
                      for key, kind in zip(group_by.keys, meta.key_types, strict=True)
-                     if types.get(key, kind) != kind]
+                     if (types.get(key, kind), kind) not in _KEY_READINGS]
         frame = frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
