@@ -264,6 +264,10 @@ def test_outputs_that_cannot_be_written_fail_before_the_job(
     assert "is a file, not a folder" in stderr
     stderr = error_of(runner, [*backfill_args(defs, tmp_path), "--partials", " "])
     assert "--partials is empty. Fix: give a folder path or URI" in stderr
+    stderr = " ".join(error_of(runner, [*backfill_args(defs, tmp_path), "--partials",
+                                        str(tmp_path / "out" / "partials")]).split())
+    assert "and --output" in stderr
+    assert "overlap, and writing the output replaces what is stored there" in stderr
 
 
 def test_strict_fails_on_rows_without_time(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
@@ -355,6 +359,12 @@ def test_demo_refuses_bad_folders_before_any_work(runner: CliRunner, tmp_path: P
     assert (f"--data-dir {tmp_path / 'data'}: {tmp_path / 'store'} is not the demo's LMDB "
             "store, which the demo replaces. Fix: move it") in stderr
     assert not (tmp_path / "data").exists()  # refused before generating anything
+    (tmp_path / "store" / "notes.txt").unlink()
+    (tmp_path / "store").rmdir()
+    for folder in ("data", "store", "landing/x"):  # inputs, or folders it starts afresh
+        stderr = " ".join(error_of(runner, ["demo", "--data-dir", str(tmp_path / "data"),
+                                            "--output", str(tmp_path / folder)]).split())
+        assert f"--output {tmp_path / folder}: the demo reads or replaces" in stderr
 
 
 # --- online: upload, fetch, serve -------------------------------------------------------------

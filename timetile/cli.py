@@ -264,6 +264,10 @@ def backfill(
                            "--partials.")
         if partials is not None:
             check_writable("--partials", partials)
+            if overlapping(partials, [output]) is not None:
+                raise CliError(f"--partials {partials} and --output {output} overlap, and "
+                               "writing the output replaces what is stored there. Fix: keep "
+                               "the stored partials in a folder of their own.")
         chosen = pick_join(defs, load_joins(defs), join)
         _check_not_an_input(output, chosen)
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
@@ -303,7 +307,11 @@ def demo(
     features (the checkout model's, and the listing's rating) at noon, online.
     """
     from timetile import demo as demo_data  # noqa: PLC0415  (Spark and the engine)
-    from timetile.demo_serving import serve_demo_fetch, store_problem  # noqa: PLC0415
+    from timetile.demo_serving import (  # noqa: PLC0415
+        demo_folders,
+        serve_demo_fetch,
+        store_problem,
+    )
 
     console = stdout_console()
     with user_errors(debug):
@@ -317,6 +325,10 @@ def demo(
         problem = store_problem(data_dir)
         if problem is not None:
             raise CliError(f"--data-dir {data_dir}: {problem}.")
+        used = overlapping(str(target), [str(folder) for folder in demo_folders(data_dir)])
+        if used is not None:
+            raise CliError(f"--output {target}: the demo reads or replaces {used}, which "
+                           "writing there would destroy. Fix: write the output elsewhere.")
         began = time.perf_counter()
         with JobProgress(None, console) as progress, spark_session(progress) as spark:
             with progress.stage(f"generate data ({events:,} views) in {data_dir}"):

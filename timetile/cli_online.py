@@ -231,7 +231,8 @@ def upload(
                     written[group_by.name] = (keys, size)
                     if left_out:
                         out.print(f"[yellow]{group_by.name}: {left_out:,} source rows left "
-                                  "out (a null key, or an event's null time)[/yellow]")
+                                  "out (a null key, an event's null time, or a key too long "
+                                  "for the store: see the log)[/yellow]")
         print_upload(out, written, store=redacted_uri(store), ds=ds,
                      seconds=time.perf_counter() - began)
 
@@ -286,8 +287,8 @@ def _free_port(host: str, port: int) -> int:
     take the port in between, and uvicorn then fails as it would have.
     """
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(  # "" is every interface
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
             probe.bind(address)
@@ -472,7 +473,7 @@ def stream(
             option = "--source" if "source" in str(error) else "--lateness"
             raise CliError(f"{option}: {error}.") from None
         folder = local_path(parsed.path) if isinstance(parsed, FileSource) else None
-        if folder is not None and not folder.is_dir():
+        if folder is not None and not any(c in parsed.path for c in "*?[{") and not folder.is_dir():
             raise CliError(f"--source {source}: there is no folder {folder} for the events to "
                            "land in. Fix: check the path, or create the folder first.")
         _open(store).close()  # fail before Spark starts when the store cannot be used

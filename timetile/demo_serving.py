@@ -139,12 +139,19 @@ def _store_dir(data_dir: Path) -> Path:
     return data_dir.parent / "store"
 
 
+def demo_folders(data_dir: Path) -> list[Path]:
+    """Return the folders the demo reads or starts afresh: no output may overlap them."""
+    root = data_dir.parent
+    return [data_dir, _store_dir(data_dir), root / "landing", root / "checkpoints"]
+
+
 def _remove_store(data_dir: Path) -> None:
     """Remove the demo's previous LMDB store, refusing a folder that is something else."""
     problem = store_problem(data_dir)
     if problem is not None:
         raise FileExistsError(problem)
-    shutil.rmtree(_store_dir(data_dir), ignore_errors=True)
+    if _store_dir(data_dir).exists():
+        shutil.rmtree(_store_dir(data_dir))
 
 
 def _check(spark: SparkSession, join: Join, key: dict[str, Any], at: int,

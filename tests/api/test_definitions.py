@@ -134,14 +134,6 @@ class TestAggregation:
 
 
 class TestGroupBy:
-    def test_the_longest_name_makes_valid_tables(self) -> None:
-        from timetile.online.layout import batch_table, tile_table
-        from timetile.online.store import check_table
-
-        name = views_group_by(name="g" * 191).name
-        assert check_table(batch_table(name))
-        assert check_table(tile_table(name))
-
     def test_frozen(self) -> None:
         group_by = views_group_by()
         with pytest.raises(AttributeError):
@@ -151,8 +143,6 @@ class TestGroupBy:
         ("overrides", "match"),
         [
             ({"name": "user views"}, "name: 'user views' is not a valid name"),
-            ({"name": "g" * 192}, r"name: has 192 characters, and its online tables "
-             r"\(tt_batch.NAME\) take at most 191.*Fix: give it a shorter name"),
             ({"keys": []}, "keys: .* names no key column"),
             ({"keys": ["user_id", "user_id"]}, "keys: .* repeats a column"),
             ({"aggregations": []}, "aggregations: is empty"),

@@ -13,10 +13,10 @@ import pytest
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher, NotUploadedError
-from timetile.online.layout import KeyValueError, encode_key
-from timetile.online.store import open_store
+from timetile.online.layout import KeyValueError, batch_table, encode_key, tile_table
+from timetile.online.store import check_table, open_store
 from timetile.online.tiles import put_events
-from timetile.online.upload import upload
+from timetile.online.upload import MAX_NAME, upload
 
 pytestmark = pytest.mark.spark
 
@@ -294,3 +294,19 @@ def test_keys_too_long_for_lmdb_are_left_out_and_counted(spark: Any, tmp_path: P
         [result] = Fetcher(tt.Join("j", tt.EventSource(events), [sums]), store).fetch(
             [{"name": "a"}], at=DAY_END + 5)
     assert result.features == {"g_amount_sum_1d": 9.0}
+
+
+def test_a_name_too_long_for_the_stores_tables_is_refused_before_the_upload(
+        spark: Any, tmp_path: Path) -> None:
+    """It once failed inside a Spark task; offline, any length is fine."""
+    events = spark.createDataFrame([(1, DAY_END - HOUR_MS, 2.0)],
+                                   "user_id long, ts long, amount double")
+    sums = [tt.Aggregation("amount", "sum")]
+    longest = tt.GroupBy("g" * MAX_NAME, tt.EventSource(events), ["user_id"], sums)
+    assert check_table(batch_table(longest.name))
+    assert check_table(tile_table(longest.name))
+    too_long = tt.GroupBy("g" * (MAX_NAME + 1), tt.EventSource(events), ["user_id"], sums)
+    with pytest.raises(tt.DefinitionError, match=r"group_by.name: has 192 characters, and its "
+                       r"online tables \(tt_batch.NAME\) take at most 191.*Fix: give it a "
+                       r"shorter name"):
+        upload(too_long, spark, DS, f"lmdb://{tmp_path / 'store'}")

@@ -157,7 +157,12 @@ def test_rows_of_one_key_are_answered_once_and_apart(uploaded: dict[str, Any]) -
     rows = [{"user_id": 1, "seller_id": seller} for seller in (2, 1, 2, 4, 2)]
     with LmdbStore(uploaded["uri"].removeprefix("lmdb://")) as store:
         fetcher = Fetcher(uploaded["model"], store)
+        asked: list[int] = []
+        get_tiles = store.get_tiles
+        store.get_tiles = lambda table, keys, *span: asked.append(len(keys)) or get_tiles(
+            table, keys, *span)  # type: ignore[method-assign]
         together = fetcher.fetch(rows, at=AT)
+        assert asked == [1, 3]  # the user part: one key; the seller part: 2, 1 and 4
         alone = [fetcher.fetch([row], at=AT)[0] for row in rows]
     assert [result.features for result in together] == [result.features for result in alone]
     first, _, third = (together[index].features for index in range(3))

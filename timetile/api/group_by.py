@@ -31,11 +31,6 @@ class Accuracy(Enum):
     SNAPSHOT = "snapshot"
 
 
-#: The longest GroupBy name: its online tables, ``tt_batch.NAME`` and ``tt_tiles.NAME``, are
-#: at most 200 characters (``timetile.online.store.check_table``).
-MAX_GROUP_BY_NAME = 191
-
-
 def check_name(subject: str, name: object) -> None:
     """Names become column prefixes and table names: they must be identifiers."""
     if not isinstance(name, str) or not _NAME.match(name):
@@ -79,11 +74,6 @@ class GroupBy:
     def __post_init__(self) -> None:
         subject = f"GroupBy {self.name!r}"
         check_name("GroupBy", self.name)
-        if len(self.name) > MAX_GROUP_BY_NAME:
-            raise DefinitionError.single(
-                f"GroupBy {self.name[:20]!r}…", "name", f"has {len(self.name)} characters, and "
-                f"its online tables (tt_batch.NAME) take at most {MAX_GROUP_BY_NAME}",
-                "give it a shorter name")
         if not isinstance(self.source, (EventSource, EntitySource)):
             raise DefinitionError.single(subject, "source", f"{self.source!r} is not a source",
                                          "use tt.EventSource(...) or tt.EntitySource(...)")

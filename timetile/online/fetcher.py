@@ -155,7 +155,8 @@ class Fetcher:
         self._records = _DecodeCache(CACHE_BYTES)
         self._tiles = _DecodeCache(CACHE_BYTES)
         self._lock = threading.Lock()
-        #: Per entity GroupBy, the streamed retractions of rows it did not hold, ignored.
+        #: Per entity GroupBy, the streamed retractions of rows it did not hold, ignored
+        #: (counted once per distinct key of a fetch).
         self.unmatched: dict[str, int] = {}
         self.refresh()
         if join.derivation_items:
@@ -212,7 +213,8 @@ class Fetcher:
         """Return the features of each row (a mapping holding :attr:`key_columns`) at ``at``.
 
         ``at`` is epoch milliseconds, now by default. Cost: per part, one ``multi_get`` and
-        one ``get_tiles`` for all rows, then O(features + edge and new events) per row.
+        one ``get_tiles`` for all rows, then O(features + edge and new events) per distinct
+        key (rows that repeat a key share its answer, each with its own lists and maps).
 
         Raises:
             DefinitionError: a row lacks a key column, or a key value has the wrong type.

@@ -67,6 +67,9 @@ from timetile.spark.sources import TIME, coarse_schema, load_events
 log = logging.getLogger(__name__)
 #: The coarse types an online key column may have (see ``layout.encode_key``).
 KEY_TYPES = ("int", "string", "bool", "float")
+#: The longest GroupBy name online: its tables, ``tt_batch.NAME`` and ``tt_tiles.NAME``, are
+#: at most 200 characters (``timetile.online.store.check_table``).
+MAX_NAME = 191
 #: Records per ``multi_put`` from an executor.
 PUT_BATCH = 500
 
@@ -259,6 +262,10 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     rows = _source_rows(spark, group_by, ds, field)
     schema = rows.schema
     problems = group_by_problems(group_by, schema, f"{field}.")
+    if len(group_by.name) > MAX_NAME:
+        problems.append(Problem(f"{field}.name", f"has {len(group_by.name)} characters, and its "
+                                f"online tables (tt_batch.NAME) take at most {MAX_NAME}",
+                                "give it a shorter name"))
     problems += [Problem(f"{field}.keys", f"key {key!r} is {schema[key]}, which online keys "
                          "cannot be", f"cast it in the source's select to one of "
                          f"{', '.join(KEY_TYPES)}")
