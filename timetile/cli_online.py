@@ -472,8 +472,10 @@ def stream(
         except ValueError as error:
             option = "--source" if "source" in str(error) else "--lateness"
             raise CliError(f"{option}: {error}.") from None
-        folder = local_path(parsed.path) if isinstance(parsed, FileSource) else None
-        if folder is not None and not any(c in parsed.path for c in "*?[{") and not folder.is_dir():
+        pattern = parsed.path if isinstance(parsed, FileSource) else ""
+        folder = local_path(pattern) if pattern and not any(c in pattern for c in "*?[{") \
+            else None
+        if folder is not None and not folder.is_dir():
             raise CliError(f"--source {source}: there is no folder {folder} for the events to "
                            "land in. Fix: check the path, or create the folder first.")
         _open(store).close()  # fail before Spark starts when the store cannot be used
