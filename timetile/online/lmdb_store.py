@@ -35,9 +35,9 @@ its input (a Spark job, a stream from its checkpoint) may choose ``sync=False``.
 
 Limits. LMDB keys are at most :attr:`LmdbStore.max_key_size` bytes (511 in the standard
 build): a record key up to that, a tile's key + member up to 10 bytes fewer. Upload and the
-stream write only keys that :meth:`LmdbStore.fits` (481 bytes), and count the rest. Keys must not be
-empty. Values may be large (overflow pages), up to the map size. A store holds at most
-:data:`MAX_TABLES` tables: about 500 GroupBys, as each takes two (its records and its tiles).
+stream write only the keys that :meth:`LmdbStore.fits` (481 bytes), and count the rest. Keys
+must not be empty. Values may be large (overflow pages), up to the map size. A store holds
+at most :data:`MAX_TABLES` tables: about 500 GroupBys, as each takes two (records, tiles).
 """
 
 from __future__ import annotations
