@@ -220,18 +220,19 @@ class StreamWriter(ABC):
         self.check(events)
         placement = self.place(events, watermark)
         member = batch.encode()
-        entries = [(key, tile, member, value) for (key, tile), value
-                   in zip(placement.groups, self.encode(events, placement), strict=True)]
-        unfit = [(key, tile) for key, tile in placement.groups if not store.fits(key)]
-        kept = [entry for entry in entries if store.fits(entry[0])]
-        if kept:
-            store.put_tiles(self.table, kept)
-        if not unfit:
-            return placement.report
-        rows = sum(len(placement.groups[group]) for group in unfit)  # too long: as a null key
+        entries = []
+        unfit = rows = 0  # a key too long for the store: its rows count as a null key's
+        for (key, tile), value in zip(placement.groups, self.encode(events, placement),
+                                      strict=True):
+            if store.fits(key):
+                entries.append((key, tile, member, value))
+            else:
+                unfit, rows = unfit + 1, rows + len(placement.groups[key, tile])
+        if entries:
+            store.put_tiles(self.table, entries)
         report = placement.report
         return replace(report, written=report.written - rows, unusable=report.unusable + rows,
-                       tiles=report.tiles - len(unfit))
+                       tiles=report.tiles - unfit) if unfit else report
 
     def place(self, events: pa.Table, watermark: int | None) -> Placement:
         """Place every row, or count why it is not written. O(rows)."""
