@@ -35,7 +35,7 @@ from timetile.core.types import ValueType
 from timetile.core.windows import WindowKind, window_interval
 
 #: The first element of every encoded record; bump it when the layout changes.
-RECORD_VERSION = 2  # 2: the definition's signature
+RECORD_VERSION = 3  # 2: the definition's signature; 3: the upload's generation
 #: How long after ``day_end`` a record answers exactly: past the next daily upload.
 #: Two days: the upload of day D can only start once D has ended, and the previous record
 #: must still answer exactly until the new one lands.
@@ -136,14 +136,44 @@ def _encode_values(values: np.ndarray) -> Any:
     return tuple(v.item() if hasattr(v, "item") else v for v in values)
 
 
+def answers_for(generation: int, signature: str, *, served: int | None,
+                served_signature: str | None) -> bool:
+    """Whether a record of upload ``generation`` answers for the served upload.
+
+    ``signature`` is the record's definition; ``served`` and ``served_signature`` the served
+    upload's generation and definition (None: any). Every upload of a GroupBy into a store
+    takes a generation above all earlier ones and stamps it on each record it writes. A
+    record of an earlier generation is one the served upload did not rewrite: its key had
+    no row in the served upload's source, so the record reads as empty (False). One of the
+    served generation or a later one answers (True): a later one is an upload under way,
+    whose records are as good as the served ones when they hold the same features.
+
+    Raises:
+        ValueError: the record is not older than the served upload and holds another
+            definition's features: an upload of a changed definition is under way.
+
+    """
+    if served is not None and generation < served:
+        return False
+    if served_signature is not None and signature != served_signature:
+        raise ValueError("a record newer than the served upload, of another definition: "
+                         "an upload of a changed definition is under way. Fix: once it is "
+                         "done, serve the new definition")
+    return True
+
+
 @dataclass(frozen=True)
 class BatchRecord:
-    """A decoded batch record: body states per feature and raw edge events per series."""
+    """A decoded batch record: body states per feature and raw edge events per series.
+
+    ``generation`` is the writing upload's (:func:`answers_for`).
+    """
 
     day_end: int
     slack: int
     bodies: Mapping[str, tuple[int, int, Any]]  # feature name → (lo, hi, state)
     edges: Mapping[str, Series]  # series → (values, times)
+    generation: int = 0
 
     def covers(self, at: int) -> bool:
         """Whether a fetch at ``at`` is exact from this record (plus what came since)."""
@@ -209,11 +239,13 @@ class BatchRecord:
 
 
 def build_record(features: Sequence[OnlineFeature], columns: Mapping[str, Series],
-                 day_end: int, slack: int = DEFAULT_SLACK_MS, signature: str = "") -> bytes:
+                 day_end: int, slack: int = DEFAULT_SLACK_MS, *, signature: str = "",
+                 generation: int = 0) -> bytes:
     """Encode the batch record of one key from its events before ``day_end``.
 
     ``signature`` names the definition the features come from (the upload's
     ``feature_signature``): a reader of another definition knows the record is not its own.
+    ``generation`` is the writing upload's (:func:`answers_for`).
 
     ``columns`` maps each feature's series to its non-null values and times (as the
     feature's aggregator takes them); events at or after ``day_end`` must not be passed.
@@ -238,35 +270,30 @@ def build_record(features: Sequence[OnlineFeature], columns: Mapping[str, Series
         for low, high, body_low, body_high in spans:
             keep |= _in(times, low, high) & ~_in(times, body_low, body_high)
         edges.append((column, *encode_series(values[keep], times[keep])))
-    return encode((RECORD_VERSION, day_end, slack, signature, tuple(bodies), tuple(edges)))
+    return encode((RECORD_VERSION, day_end, slack, generation, signature, tuple(bodies),
+                   tuple(edges)))
 
 
 def read_record(data: bytes, features: Sequence[OnlineFeature],
                 value_types: Mapping[str, np.dtype[Any]], *, signature: str | None = None,
-                since: int | None = None) -> BatchRecord:
+                generation: int | None = None) -> BatchRecord:
     """Decode a record written by :func:`build_record` for the same ``features``.
 
-    ``value_types`` maps each series to the dtype its aggregators take. A record the caller
-    reads as empty comes back with no bodies and no edges, undecoded: one whose day ends
-    before ``since`` (an earlier day's upload), or one of another ``signature`` whose day
-    ends by ``since`` (left by an earlier upload of another definition).
+    ``value_types`` maps each series to the dtype its aggregators take. A record of an
+    upload before the served one, ``generation`` (:func:`answers_for`), comes back with no
+    bodies and no edges, undecoded: the served upload found no event of its key.
 
     Raises:
         ValueError: the bytes are not a record of this version, or are of another
-            ``signature`` and newer than ``since`` (an upload of a changed definition is
-            under way).
+            ``signature`` and not older than ``generation`` (an upload of a changed
+            definition is under way).
 
     """
-    day_end, slack, written_for, raw_bodies, raw_edges = decode_versioned(
-        data, RECORD_VERSION, 5, "a timetile batch record",
+    day_end, slack, written_by, written_for, raw_bodies, raw_edges = decode_versioned(
+        data, RECORD_VERSION, 6, "a timetile batch record",
         "re-run upload with this timetile version")
-    foreign = signature is not None and written_for != signature
-    if since is not None and (day_end < since or (foreign and day_end == since)):
-        return BatchRecord(day_end, slack, {}, {})
-    if foreign:
-        raise ValueError("a batch record newer than the served upload, of another definition: "
-                         "an upload of a changed definition is under way. Fix: once it is "
-                         "done, serve the new definition")
+    if not answers_for(written_by, written_for, served=generation, served_signature=signature):
+        return BatchRecord(day_end, slack, {}, {}, written_by)
     by_name = {feature.name: feature for feature in features}
     bodies = {}
     for name, low, high, state in raw_bodies:
@@ -276,4 +303,4 @@ def read_record(data: bytes, features: Sequence[OnlineFeature],
     edges: dict[str, Series] = {}
     for series, kind, times, values in raw_edges:
         edges[series] = decode_series(kind, times, values, value_types[series])
-    return BatchRecord(day_end, slack, bodies, edges)
+    return BatchRecord(day_end, slack, bodies, edges, written_by)

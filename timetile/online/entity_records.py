@@ -6,7 +6,8 @@ GroupBy ``g`` the store holds, in the tables of :mod:`timetile.online.layout`:
 
 - ``tt_batch.g``: per key, its *entity record* (:class:`EntityRecord`): the upload's day
   end and the key's rows in the snapshot partition of that day, each a row image with its
-  time;
+  time, and the upload's generation and definition signature (a record of an earlier
+  upload reads as empty: :func:`~timetile.core.batch_record.answers_for`);
 - ``tt_tiles.g``: per key, per hour of mutation time, per writer batch: that batch's
   mutations (:class:`Mutation`), written by :class:`MutationWriter`.
 
@@ -33,7 +34,7 @@ feature.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import groupby
 from operator import attrgetter
 from typing import Any
@@ -45,8 +46,8 @@ import pyarrow.compute as pc
 from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.sources import EntitySource
-from timetile.core.aggregators.codec import decode_versioned, encode
-from timetile.core.batch_record import split_series
+from timetile.core.aggregators.codec import decode_versioned, encode, expect_int
+from timetile.core.batch_record import answers_for, split_series
 from timetile.core.entity_state import EntityFeature, EntityReplay, Image
 from timetile.online.layout import GroupByMeta, online_features
 from timetile.online.store import KVStore
@@ -66,7 +67,7 @@ ROW_TYPES = ("int", "float", "string", "bool", "timestamp", "date")
 LOOKUP_TYPES = ("int", "float", "string", "bool")
 #: In a stream of mutations, the row's own time (the stream's time is the mutation time).
 ROW_TIME = "_tt_row_time"
-_RECORD_VERSION = 1
+_RECORD_VERSION = 2  # 2: the upload's generation and signature
 _MUTATIONS_VERSION = 1
 
 #: A row of an entity table: its image and its time (epoch ms, or None).
@@ -80,11 +81,15 @@ class EntityRecord:
     Attributes:
         day_end: the upload's as-of time, epoch ms.
         rows: the key's rows in the snapshot of the upload's day.
+        generation: the upload's generation (:class:`~timetile.online.layout.GroupByMeta`).
+        signature: the upload's definition signature.
 
     """
 
     day_end: int
     rows: tuple[Row, ...]
+    generation: int = 0
+    signature: str = ""
 
     def covers(self, at: int, slack: int) -> bool:
         """Whether a fetch at ``at`` is exact from this record (plus the mutations since)."""
@@ -97,22 +102,33 @@ class EntityRecord:
         >>> EntityRecord.from_bytes(record.to_bytes()) == record
         True
         """
-        return encode((_RECORD_VERSION, self.day_end, self.rows))
+        return encode((_RECORD_VERSION, self.day_end, self.rows, self.generation,
+                       self.signature))
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> EntityRecord:
+    def from_bytes(cls, data: bytes, *, signature: str | None = None,
+                   generation: int | None = None) -> EntityRecord:
         """Decode what :meth:`to_bytes` wrote.
 
+        A record of an upload before the served one, ``generation`` (with ``signature``:
+        :func:`~timetile.core.batch_record.answers_for`), comes back without rows.
+
         Raises:
-            ValueError: the bytes are not an entity record of this version.
+            ValueError: the bytes are not an entity record of this version, or are of
+                another ``signature`` and not older than ``generation``.
 
         """
-        day_end, rows = decode_versioned(data, _RECORD_VERSION, 2, "a timetile entity record",
-                                         "re-run upload")
+        day_end, rows, written_by, written_for = decode_versioned(
+            data, _RECORD_VERSION, 4, "a timetile entity record", "re-run upload")
         try:
-            return cls(int(day_end), tuple((tuple(image), time) for image, time in rows))
+            record = cls(int(day_end), tuple((tuple(image), time) for image, time in rows),
+                         expect_int(written_by, "generation"), str(written_for))
         except (TypeError, ValueError):
             raise ValueError("a malformed timetile entity record. Fix: re-run upload") from None
+        if answers_for(record.generation, record.signature, served=generation,
+                       served_signature=signature):
+            return record
+        return replace(record, rows=())
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from timetile.api.errors import DefinitionError
+from timetile.api.errors import DefinitionError, wrong_argument
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join, JoinPart
 from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
@@ -148,6 +148,12 @@ class Fetcher:
 
     def __init__(self, join: Join, store: KVStore,
                  clock: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        if not isinstance(join, Join):
+            raise wrong_argument("join", join, "a tt.Join", "serve a Join: tt.Join(name, "
+                                 "left=..., parts=[group_by])")
+        if not isinstance(store, KVStore):
+            raise wrong_argument("store", store, "an open store", "open it first: "
+                                 "timetile.online.store.open_store(uri)")
         self.join = join
         self.store = store
         self.clock = clock
@@ -307,9 +313,10 @@ class Fetcher:
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
             record = empty if data is None else self._records.get(
                 data, lambda raw: read_record(raw, served.features, served.dtypes,
-                                              signature=meta.signature, since=meta.day_end))
-            if record.day_end < meta.day_end:  # the last upload found no event of this key
-                record = empty  # (a newer one is an upload under way: it answers by itself)
+                                              signature=meta.signature,
+                                              generation=meta.generation))
+            if record.generation < meta.generation:  # the served upload found no event of
+                record = empty  # this key (a newer one is an upload under way: it answers)
             if not record.covers(when) and group_by.name not in result.stale:
                 result.stale.append(group_by.name)
             recent = _recent([self._tiles.get(value, lambda raw: decode_events(
@@ -326,10 +333,11 @@ class Fetcher:
         assert entity is not None
         unmatched = 0
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
-            record = (EntityRecord(meta.day_end, ()) if data is None
-                      else self._records.get(data, EntityRecord.from_bytes))
-            if record.day_end < meta.day_end:  # the key was not in the last snapshot
-                record = EntityRecord(meta.day_end, ())
+            record = (None if data is None else self._records.get(
+                data, lambda raw: EntityRecord.from_bytes(raw, signature=meta.signature,
+                                                          generation=meta.generation)))
+            if record is None or record.generation < meta.generation:  # the key was not in
+                record = EntityRecord(meta.day_end, ())  # the served upload's snapshot
             if not record.covers(when, meta.slack) and name not in result.stale:
                 result.stale.append(name)
             mutations = [m for _, _, value in key_tiles

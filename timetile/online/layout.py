@@ -4,6 +4,8 @@ Per GroupBy ``g``, a store holds:
 
 ========================  ======================================================
 table ``tt_meta``         key ``g``: the upload's metadata (:class:`GroupByMeta`)
+table ``tt_upload``       key ``g``: the generation of the last upload started, an
+                          encoded int (:data:`UPLOAD_TABLE`)
 table ``tt_batch.g``      key: the entity key (:func:`encode_key`); value: its batch
                           record (:mod:`timetile.core.batch_record`), or for an entity
                           source the key's rows (:mod:`timetile.online.entity_records`)
@@ -33,7 +35,7 @@ from timetile.api.group_by import GroupBy
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.aggregators.bucketed import bucketed_dtype
-from timetile.core.aggregators.codec import decode_versioned, encode
+from timetile.core.aggregators.codec import decode_versioned, encode, expect_int
 from timetile.core.batch_record import (
     OnlineFeature,
     Series,
@@ -46,6 +48,9 @@ from timetile.core.timeutil import HOUR_MS
 from timetile.core.types import ValueType
 
 META_TABLE = "tt_meta"
+#: Per GroupBy, the generation of the last upload started, finished or not: the next one
+#: takes a higher one, so records a failed upload left are older than its retry's.
+UPLOAD_TABLE = "tt_upload"
 #: The streaming job's records, one per GroupBy (:mod:`timetile.streaming.state`).
 STREAM_TABLE = "tt_stream"
 #: The stream record an upload leaves when a GroupBy's definition changed: it dropped the
@@ -53,7 +58,7 @@ STREAM_TABLE = "tt_stream"
 STREAM_RESET = b"reset: the definition changed"
 #: Streaming tiles span this long: a fetch reads the tiles since the batch record's day end.
 TILE_MS = HOUR_MS
-_META_VERSION = 4
+_META_VERSION = 5
 _TILE_VERSION = 1
 
 
@@ -81,6 +86,10 @@ class GroupByMeta:
         row_columns: for an entity source, the columns of a row image, in order (empty for
             an event source).
         row_types: the coarse type of each row column, in that order.
+        generation: the upload's generation, above every earlier upload's of the GroupBy in
+            the store; its records carry it, so a record an earlier upload left (of a key
+            this one found no row of) reads as empty
+            (:func:`timetile.core.batch_record.answers_for`).
 
     """
 
@@ -91,12 +100,13 @@ class GroupByMeta:
     signature: str = ""
     row_columns: tuple[str, ...] = ()
     row_types: tuple[str, ...] = ()
+    generation: int = 0
 
     def to_bytes(self) -> bytes:
         """Encode for the store."""
         return encode((_META_VERSION, self.day_end, self.slack, self.key_types,
                        tuple(sorted(self.value_types.items())), self.signature,
-                       self.row_columns, self.row_types))
+                       self.row_columns, self.row_types, self.generation))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> GroupByMeta:
@@ -106,12 +116,13 @@ class GroupByMeta:
             ValueError: the bytes are not metadata of this version.
 
         """
-        fields = decode_versioned(data, _META_VERSION, 7, "timetile upload metadata",
+        fields = decode_versioned(data, _META_VERSION, 8, "timetile upload metadata",
                                   "re-run upload")
-        day_end, slack, keys, values, signature, row_columns, row_types = fields
+        day_end, slack, keys, values, signature, row_columns, row_types, generation = fields
         try:
             return cls(day_end, slack, tuple(keys), dict(values), signature,
-                       tuple(row_columns), tuple(row_types))
+                       tuple(row_columns), tuple(row_types), expect_int(generation,
+                                                                         "generation"))
         except (TypeError, ValueError):
             raise ValueError("malformed timetile upload metadata. Fix: re-run upload") from None
 

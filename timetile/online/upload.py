@@ -8,8 +8,10 @@ GroupBy's metadata, which fetchers read, and expires the streamed tiles from bef
 previous upload's day end and the end of the day before ``ds``, whichever is earlier
 (:meth:`~timetile.online.store.KVStore.expire_tiles`): the records hold their events, and a
 fetcher one upload behind still finds its tiles. Re-running for the same ``ds`` rewrites the
-same records: an upload never double counts; a ``ds`` older than the stored upload is
-refused (its records would need expired tiles).
+same records: an upload never double counts. Each upload stamps its records with a
+generation above every earlier upload's, so once it is served the records of keys it found
+no row of (left by an earlier upload, of this day or another) read as empty. A ``ds`` older
+than the stored upload is refused (its records would need expired tiles).
 
 For an entity source the record of a key is its rows in the snapshot partition of ``ds``
 (:mod:`timetile.online.entity_records`); the mutations after it come from the stream.
@@ -34,11 +36,12 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from timetile.api.errors import DefinitionError, Problem
+from timetile.api.errors import DefinitionError, Problem, wrong_argument
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EventSource
+from timetile.core.aggregators.codec import decode, encode, expect_int
 from timetile.core.batch_record import (
     DEFAULT_SLACK_MS,
     OnlineFeature,
@@ -51,6 +54,7 @@ from timetile.online.layout import (
     META_TABLE,
     STREAM_RESET,
     STREAM_TABLE,
+    UPLOAD_TABLE,
     GroupByMeta,
     batch_table,
     encode_key,
@@ -155,7 +159,8 @@ class _EventRecords(_RecordWriter):
         group = group.take(pc.sort_indices(group, sort_keys=[(TIME, "ascending")]))
         times = group.column(TIME).to_numpy().astype(np.int64)
         return build_record(self.features, table_series(group, times, self.series),
-                            self.meta.day_end, self.meta.slack, self.meta.signature)
+                            self.meta.day_end, self.meta.slack,
+                            signature=self.meta.signature, generation=self.meta.generation)
 
 
 class _EntityRecords(_RecordWriter):
@@ -167,7 +172,8 @@ class _EntityRecords(_RecordWriter):
         images = (zip(*(plain_column(group.column(c)) for c in columns), strict=True)
                   if columns else [()] * group.num_rows)
         return EntityRecord(self.meta.day_end, tuple(zip(
-            images, group.column(TIME).to_pylist(), strict=True))).to_bytes()
+            images, group.column(TIME).to_pylist(), strict=True)),
+            self.meta.generation, self.meta.signature).to_bytes()
 
 
 def _horizon(features: Sequence[OnlineFeature], day_end: int) -> int | None:
@@ -240,8 +246,8 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
             to executors that may run on other machines.
 
     """
+    day_end = _check_arguments(spark, ds, store_uri, slack_ms)
     store_uri = absolute_uri(store_uri)  # the executors' folder may not be the driver's
-    day_end = date_to_ms(ds) + DAY_MS
     if day_end > time.time() * 1000:
         raise DefinitionError.single(
             f"GroupBy {group_by.name!r}", "ds", f"{ds} has not ended yet (UTC), so its rows "
@@ -255,10 +261,6 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
             f"after {ds}: the streamed tiles an older day's records need are expired",
             f"upload {ms_to_iso(previous - DAY_MS)[:10]} or later; rebuild an older day in a "
             "fresh store")
-    if previous == day_end:
-        log.warning("%s: %s is uploaded again. A key this upload finds no row of keeps the "
-                    "record of the earlier upload of %s (the store cannot list them to remove "
-                    "them): to drop such keys, upload into a fresh store", group_by.name, ds, ds)
     rows = _source_rows(spark, group_by, ds, field)
     schema = rows.schema
     problems = group_by_problems(group_by, schema, f"{field}.")
@@ -297,7 +299,8 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     meta = GroupByMeta(day_end, slack_ms, tuple(schema[k] for k in group_by.keys),
                        {column: schema[column] for column in columns},
                        feature_signature(group_by), rows.row_columns,
-                       tuple(schema[column] for column in rows.row_columns))
+                       tuple(schema[column] for column in rows.row_columns),
+                       _next_generation(store_uri, group_by.name, stored))
     writer: _RecordWriter
     if rows.row_columns:
         writer = _EntityRecords(store_uri, group_by, meta)
@@ -329,6 +332,24 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     return keys, size, _left_out(group_by.name, rows, int(totals["too_long"] or 0))
 
 
+def _check_arguments(spark: object, ds: object, store_uri: object, slack_ms: object) -> int:
+    """Return the end of day ``ds``, after refusing arguments of the wrong type, each named."""
+    if not isinstance(spark, SparkSession):
+        raise wrong_argument("spark", spark, "a SparkSession", "pass your session, or "
+                             "timetile.offline.session.local_session()")
+    if not isinstance(store_uri, str):
+        raise wrong_argument("store_uri", store_uri, "a store URI", "give a str such as "
+                             "'lmdb:/data/store' or 'redis://host:6379/0'")
+    if isinstance(slack_ms, bool) or not isinstance(slack_ms, int) or slack_ms < 1:
+        raise ValueError(f"slack_ms is {slack_ms!r}: give a positive int of milliseconds, "
+                         f"e.g. the default {DEFAULT_SLACK_MS}")
+    try:
+        return date_to_ms(ds) + DAY_MS  # type: ignore[arg-type]
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"ds {ds!r} is not a day: write it as YYYY-MM-DD, e.g. "
+                         "2024-01-31") from None
+
+
 def _left_out(name: str, rows: _SourceRows, too_long: int) -> int:
     """Count the source rows no record holds (one more scan), and warn of them."""
     unplaced = int(rows.frame.agg(F.count_if(~rows.placed)).first()[0]  # type: ignore[index]
@@ -351,6 +372,21 @@ def _stored_meta(store_uri: str, group_by: GroupBy) -> GroupByMeta | None:
         return None if data is None else GroupByMeta.from_bytes(data)
     except ValueError:  # metadata of another version: the upload rewrites it
         return None
+
+
+def _next_generation(store_uri: str, name: str, stored: GroupByMeta | None) -> int:
+    """Take and record the generation of an upload of GroupBy ``name`` that starts now.
+
+    Above the served upload's and every upload started before, finished or not
+    (:data:`UPLOAD_TABLE`), so the records of keys this upload does not rewrite, a day
+    uploaded again included, read as empty once it is served. O(1).
+    """
+    with open_store(store_uri) as store:
+        data = store.multi_get(UPLOAD_TABLE, [name.encode()])[0]
+        started = 0 if data is None else expect_int(decode(data), "upload generation")
+        generation = max(started, 0 if stored is None else stored.generation) + 1
+        store.multi_put(UPLOAD_TABLE, [(name.encode(), encode(generation))])
+    return generation
 
 
 def _reset_stream(store_uri: str, name: str) -> None:
@@ -410,6 +446,9 @@ def upload(target: Join | GroupBy, spark: SparkSession, ds: str, store_uri: str,
         slack_ms: how long after the end of ``ds`` the records answer exactly.
 
     """
+    if not isinstance(target, (Join, GroupBy)):
+        raise wrong_argument("target", target, "a tt.Join or tt.GroupBy",
+                             "upload a Join's GroupBys, or one GroupBy")
     written, left_out = {}, {}
     for index, group_by in enumerate(_group_bys(target)):
         field = "group_by" if isinstance(target, GroupBy) else f"parts[{index}].group_by"

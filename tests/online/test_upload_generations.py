@@ -1,0 +1,119 @@
+"""Each upload's generation: a record an earlier upload left, for a key the served upload
+found no row of, reads as empty, the same day uploaded again included.
+
+Before generations, a day uploaded again kept serving the earlier upload's record of a key
+its source no longer held (a changed ``where``, a deleted user), until the next day's upload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import timetile as tt
+from timetile.core.aggregators.codec import decode, encode
+from timetile.core.batch_record import answers_for
+from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.online.fetcher import Fetcher
+from timetile.online.layout import META_TABLE, GroupByMeta, batch_table, encode_key
+from timetile.online.store import open_store
+from timetile.online.upload import _next_generation, upload
+
+pytestmark = pytest.mark.spark
+
+DS = "2024-01-02"
+DAY_END = date_to_ms(DS) + DAY_MS
+
+
+def _generation(store_uri: str, name: str) -> int:
+    with open_store(store_uri) as store:
+        data = store.multi_get(META_TABLE, [name.encode()])[0]
+    assert data is not None
+    return GroupByMeta.from_bytes(data).generation
+
+
+def test_a_day_uploaded_again_serves_no_key_it_no_longer_finds(spark: Any,
+                                                               store_uri: str) -> None:
+    events = spark.createDataFrame([(user, DAY_END - HOUR_MS, float(user)) for user in (1, 2, 3)],
+                                   "user_id long, ts long, amount double")
+    aggregations = [tt.Aggregation("amount", "sum", windows=["1d"]),
+                    tt.Aggregation("amount", "count")]
+
+    def sums(where: str | None) -> tt.GroupBy:
+        return tt.GroupBy("g", tt.EventSource(events, where=where), ["user_id"], aggregations)
+
+    join = tt.Join("j", tt.EventSource(events), [sums(None)])
+    upload(sums(None), spark, DS, store_uri)
+    keys = [{"user_id": user} for user in (1, 2, 3)]
+    with open_store(store_uri) as store:
+        fetcher = Fetcher(join, store)
+        assert [r.features["g_amount_sum_1d"] for r in fetcher.fetch(keys, at=DAY_END)] == [
+            1.0, 2.0, 3.0]
+        upload(sums("user_id != 3"), spark, DS, store_uri)
+        # until it re-reads the metadata, the fetcher serves the upload it knows
+        assert fetcher.fetch(keys, at=DAY_END)[2].features["g_amount_sum_1d"] == 3.0
+        fetcher.refresh()
+        again = fetcher.fetch(keys, at=DAY_END)
+    assert [r.features for r in again] == [
+        {"g_amount_sum_1d": 1.0, "g_amount_count": 1},
+        {"g_amount_sum_1d": 2.0, "g_amount_count": 1},
+        {"g_amount_sum_1d": None, "g_amount_count": 0}]
+    assert _generation(store_uri, "g") == 2
+
+
+def test_records_a_failed_upload_left_are_older_than_its_retry(spark: Any,
+                                                              store_uri: str) -> None:
+    """An upload that dies after writing some records has taken its generation: its retry
+    takes a higher one, so the dead upload's record of a key the retry does not find (the
+    source changed in between) reads as empty, not as the served upload's."""
+    events = spark.createDataFrame([(1, DAY_END - HOUR_MS, 1.0), (3, DAY_END - HOUR_MS, 3.0)],
+                                   "user_id long, ts long, amount double")
+    aggregations = [tt.Aggregation("amount", "sum")]
+    whole = tt.GroupBy("g", tt.EventSource(events), ["user_id"], aggregations)
+    upload(whole, spark, DS, store_uri)
+    key = encode_key([3], ["int"])
+    with open_store(store_uri) as store:
+        # the dead upload: it took the next generation and rewrote key 3's record
+        dead = _next_generation(store_uri, "g", None)
+        assert dead == 2
+        fields = list(decode(store.multi_get(batch_table("g"), [key])[0] or b""))
+        fields[3] = dead  # (version, day_end, slack, generation, ...)
+        store.multi_put(batch_table("g"), [(key, encode(tuple(fields)))])
+        upload(tt.GroupBy("g", tt.EventSource(events, where="user_id = 1"), ["user_id"],
+                          aggregations), spark, DS, store_uri)
+        assert _generation(store_uri, "g") == 3
+        fetched = Fetcher(tt.Join("j", tt.EventSource(events), [whole]), store).fetch(
+            [{"user_id": 1}, {"user_id": 3}], at=DAY_END)
+    assert [r.features["g_amount_sum"] for r in fetched] == [1.0, None]
+
+
+def test_an_entity_day_uploaded_again_holds_no_row_of_a_key_gone_from_its_snapshot(
+        spark: Any, store_uri: str) -> None:
+    schema = "ds string, user_id long, stars double"
+    mutations = spark.createDataFrame([], "user_id long, stars double, mutation_ts long, "
+                                      "is_before boolean")
+
+    def users(rows: list[tuple[str, int, float]]) -> tt.GroupBy:
+        source = tt.EntitySource(spark.createDataFrame(rows, schema), mutation_table=mutations)
+        return tt.GroupBy("users", source, ["user_id"], [tt.Aggregation("stars", "sum")])
+
+    upload(users([(DS, 1, 4.0), (DS, 2, 5.0)]), spark, DS, store_uri)
+    upload(users([(DS, 1, 4.5)]), spark, DS, store_uri)  # user 2 deleted, the day re-run
+    left = tt.EventSource(spark.createDataFrame([(1, 0)], "user_id long, ts long"))
+    with open_store(store_uri) as store:
+        fetched = Fetcher(tt.Join("j", left, [users([])]), store).fetch(
+            [{"user_id": 1}, {"user_id": 2}], at=DAY_END + HOUR_MS)
+    assert [r.features for r in fetched] == [{"users_stars_sum": 4.5},
+                                            {"users_stars_sum": None}]
+
+
+def test_which_records_answer() -> None:
+    assert answers_for(3, "a", served=3, served_signature="a")
+    assert answers_for(4, "a", served=3, served_signature="a")  # an upload under way
+    assert not answers_for(2, "a", served=3, served_signature="a")
+    assert not answers_for(2, "b", served=3, served_signature="a")  # left by an older one
+    assert answers_for(0, "b", served=None, served_signature=None)
+    for newer in (3, 4):
+        with pytest.raises(ValueError, match="an upload of a changed definition is under way"):
+            answers_for(newer, "b", served=3, served_signature="a")
