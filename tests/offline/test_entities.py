@@ -281,3 +281,52 @@ def test_lookups_of_timestamp_and_date_columns(spark: Any) -> None:
     assert sorted((row["ts"], row["g_at"], row["g_day"]) for row in rows) == [
         (1704200000000, dt.datetime(2024, 1, 1, 5), dt.date(2024, 1, 1)),
         (1704200000001, dt.datetime(2024, 1, 2, 5), dt.date(2024, 1, 2))]
+
+
+def test_numeric_flags_are_one_or_zero_and_the_flag_is_not_the_time(spark: Any) -> None:
+    """Spark's cast reads any nonzero number as true: a flag column of 2s, or the mutation
+    time named as the flag, made every mutation a retraction, silently."""
+    snapshots = spark.createDataFrame([("2024-01-01", 1, 10.0)],
+                                      "ds string, user_id long, balance double")
+    mutations = spark.createDataFrame(
+        [(1, 10.0, 1704157200000, 1), (1, 12.0, 1704157200000, 0),
+         (1, 99.0, 1704160800000, 2)],
+        "user_id long, balance double, mutation_ts long, is_before int")
+    queries = spark.createDataFrame([(1, 1704164400000)], "user_id long, ts long")
+    source = tt.EntitySource(snapshots, mutation_table=mutations)
+    join = tt.Join("flags", tt.EventSource(queries), [tt.GroupBy(
+        "g", source, ["user_id"], [tt.Aggregation("balance", "sum")])])
+    job = tt.BackfillJob(join, spark)
+    assert [row["g_balance_sum"] for row in job.dataframe().collect()] == [12.0]
+    assert [row["g_balance_sum"] for row in naive_backfill(join, spark).collect()] == [12.0]
+    (counted,) = [source for source in job.report.sources if source.role == "g mutations"]
+    assert counted.without_time == 1
+    with pytest.raises(tt.DefinitionError, match=r"is_before_column: 'mutation_ts' is the "
+                       r"mutation_time_column too"):
+        tt.EntitySource(snapshots, mutation_table=mutations, is_before_column="mutation_ts")
+
+
+def test_a_timestamp_partition_is_its_utc_day_in_any_session_zone(spark: Any) -> None:
+    """A cast to DATE takes the session zone's day: in New York the partition of
+    2024-01-01T00:00Z read as 2023-12-31, and every feature of 2024-01-02 was null."""
+    day = 1704153600000  # 2024-01-02T00:00Z
+    snapshots = spark.createDataFrame([(1, 10.0, 1704067200000)],
+                                      "user_id long, balance double, ms long").select(
+        "user_id", "balance", F.timestamp_millis("ms").alias("ds"))
+    mutations = spark.createDataFrame(
+        [(1, 10.0, day + 3 * 3_600_000, True), (1, 20.0, day + 3 * 3_600_000, False)],
+        "user_id long, balance double, mutation_ts long, is_before boolean")
+    queries = spark.createDataFrame([(0, 1, day + 2 * 3_600_000), (1, 1, day + 4 * 3_600_000)],
+                                    "qid int, user_id long, ts long")
+    source = tt.EntitySource(snapshots, mutation_table=mutations)
+    join = tt.Join("zones", tt.EventSource(queries), [tt.GroupBy(
+        "g", source, ["user_id"], [tt.Aggregation("balance", "last")])])
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        for executor in ("auto", "reference"):
+            rows = tt.backfill(join, spark, executor=executor).orderBy("qid").collect()
+            assert [row["g_balance_last"] for row in rows] == [10.0, 20.0], executor
+        oracle = naive_backfill(join, spark).orderBy("qid").collect()
+        assert [row["g_balance_last"] for row in oracle] == [10.0, 20.0]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")

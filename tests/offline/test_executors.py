@@ -178,8 +178,10 @@ def test_a_one_millisecond_window_has_no_hop_yet_is_computed(
         tt.backfill(join, spark, executor="tiled").collect()
 
 
-def test_timestamp_and_date_keys_work_on_every_executor(spark: Any) -> None:
-    """Arrow needs the session's time zone for a timestamp key: every executor passes it."""
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_timestamp_and_date_keys_work_on_every_executor(spark: Any, zone: str) -> None:
+    """Arrow needs the session's time zone for a timestamp key: every executor passes it
+    (a cogroup's, the reference executor's, wants UTC: it failed in New York)."""
     instants = [1_730_611_800_000, 1_730_615_400_000, 1_600_000_000_123]  # one DST-repeated hour
     events = (spark.createDataFrame(
         [(k, BASE + i * HOUR_MS, float(i)) for k in instants for i in range(60)],
@@ -198,9 +200,13 @@ def test_timestamp_and_date_keys_work_on_every_executor(spark: Any) -> None:
         join = tt.Join("at", tt.EventSource(queries), [group_by])
         expected = rows(naive_backfill(join, spark))
         executors = ["tiled", "interval_tree", "reference", "auto"]
-        for executor in executors + (["sweep"] if "variance" not in ops else []):
-            job = tt.BackfillJob(join, spark, executor=executor, max_key_events=20)
-            assert rows(job.dataframe()) == expected, (ops, executor)
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        try:
+            for executor in executors + (["sweep"] if "variance" not in ops else []):
+                job = tt.BackfillJob(join, spark, executor=executor, max_key_events=20)
+                assert rows(job.dataframe()) == expected, (ops, executor)
+        finally:
+            spark.conf.set("spark.sql.session.timeZone", "UTC")
 
 
 def test_a_range_open_on_one_side_keeps_the_first_and_last_milliseconds(spark: Any) -> None:

@@ -20,9 +20,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from stream_helpers import DS, KEYS, World, all_tiles, mismatches, write_files
+from pyspark.sql import functions as F
+from stream_helpers import DAY_END, DS, KEYS, World, all_tiles, mismatches, write_files
 
 import timetile as tt
+from timetile.core.timeutil import HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
 from timetile.online.store import open_store
 from timetile.online.tiles import read_meta
@@ -282,3 +284,39 @@ def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, Tile
     assert restarted.batches[-1].batch >= state.batch
     assert restarted.totals == reference[1].totals
     assert all_tiles(uri, world.group_by) == all_tiles(reference[0], world.group_by)
+
+
+def test_json_times_of_a_timestamp_column_read_as_the_batch_side_reads_them(
+        spark: Any, tmp_path: Path) -> None:
+    """Spark's JSON reader takes a number as epoch seconds (a stream wrote events 54,000
+    years ahead) and text without an offset in the session time zone (5 h off in New York);
+    the batch side reads epoch milliseconds and UTC."""
+    at = DAY_END + HOUR_MS
+    batch = spark.createDataFrame([(1, DAY_END - HOUR_MS, 1.0)],
+                                  "user_id long, ms long, amount double").select(
+        "user_id", F.timestamp_millis("ms").alias("ts"), "amount")
+    sums = tt.GroupBy("sums", tt.EventSource(batch), ["user_id"],
+                      [tt.Aggregation("amount", "sum", windows=["1h"])])
+    uri = f"lmdb://{tmp_path / 'store'}"
+    upload(sums, spark, DS, uri)
+    lines = [at, "2024-01-03T01:00:00", "2024-01-03T01:00:00Z", "2024-01-03 01:00:00.000999"]
+    assert at == date_to_ms("2024-01-03") + HOUR_MS  # 01:00 UTC; .000999 floors to it
+    rows = [{"user_id": 1, "ts": ts, "amount": 2.0 ** i} for i, ts in enumerate(lines)]
+    files = write_files(tmp_path / "landing", rows, 1)
+    source = FileSource(str(files[0].parent))
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        with pytest.raises(tt.DefinitionError, match=r"reads the timestamp columns \['ts'\] "
+                           r"from text.*America/New_York.*Fix: set spark.sql.session.timeZone"):
+            stream_group_by(sums, spark, source, uri, str(tmp_path / "checkpoint"))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    stream = stream_group_by(sums, spark, source, uri, str(tmp_path / "checkpoint"),
+                             until_idle=True)
+    stream.await_termination()
+    assert stream.totals.written == 4
+    join = tt.Join("j", tt.EventSource(batch), [sums])
+    with open_store(uri) as store:
+        fetcher = Fetcher(join, store)
+        fetched = [fetcher.fetch([{"user_id": 1}], at=when)[0] for when in (at, at + 1)]
+    assert [r.features["sums_amount_sum_1h"] for r in fetched] == [None, 15.0]

@@ -19,8 +19,8 @@ DAY_MS = 24 * HOUR_MS
 #: Duration units, largest first, so :func:`format_duration` picks the largest exact unit.
 UNIT_MS: dict[str, int] = {"d": DAY_MS, "h": HOUR_MS, "m": MINUTE_MS, "s": SECOND_MS}
 
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
-_ZERO = re.compile(r"^\s*0+\s*[smhd]?\s*$")
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$", re.ASCII)  # no other script's digits
+_ZERO = re.compile(r"^\s*0+\s*[smhd]?\s*$", re.ASCII)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Epoch milliseconds below this (1973-03-03T09:46:40Z) look like epoch seconds, or a basic
 #: ISO date (20240301): seconds of any day up to the year 5138 are below it. The backfill
@@ -86,6 +86,8 @@ def date_to_ms(day: str | date) -> int:
     >>> date_to_ms("1970-01-02")
     86400000
     """
+    if isinstance(day, datetime):  # a date too, whose time and zone would be dropped
+        raise ValueError(f"{day!r} is a moment, not a day: write the day as YYYY-MM-DD")
     if isinstance(day, str):
         try:
             day = date.fromisoformat(day)

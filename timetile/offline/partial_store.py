@@ -16,25 +16,12 @@ import hashlib
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 
 #: The partition column of stored partials: days since the epoch, UTC.
 EPOCH_DAY = "epoch_day"
-
-
-def epoch_day(millis: Column) -> Column:
-    """Return the UTC day of an epoch-millisecond column, as days since the epoch.
-
-    A true floor, exact over all of int64: integer division truncates toward zero, and a
-    negative time inside a day steps back one. (Subtracting the remainder first would leave
-    int64 in the first day of all, which starts before its first millisecond.)
-    """
-    day = F.lit(DAY_MS)
-    return (F.call_function("div", millis, day)
-            - F.when(millis % day < 0, F.lit(1)).otherwise(F.lit(0)))
 
 
 def day_label(day: int) -> str:

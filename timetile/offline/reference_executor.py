@@ -120,7 +120,8 @@ def reference_features(plan: PartPlan, queries: DataFrame,
     events = plan.events.withColumns({key: F.col(key).cast(kind)
                                       for key, kind in widened.items()})
     schema = output_schema(plan, queries_typed)
-    evaluator = KeyGroupEvaluator(plan, arrow_schema(schema, queries.sparkSession))
+    evaluator = KeyGroupEvaluator(plan, arrow_schema(schema, queries.sparkSession,
+                                                    cogrouped=True))
 
     def evaluate(key_queries: pa.Table, key_events: pa.Table) -> pa.Table:
         # A plain function: PySpark reads the arity and would count a callable's ``self``.

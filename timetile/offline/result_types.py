@@ -51,14 +51,17 @@ def arrow_column(aggregator: Aggregator[Any], results: list[Any]) -> pa.Array:
     return pa.array([arrow_value(value) for value in results], type=arrow_type)
 
 
-def arrow_schema(schema: T.StructType, spark: SparkSession) -> pa.Schema:
-    """Return the Arrow schema Spark exchanges ``schema``'s rows in with ``mapInArrow``.
+def arrow_schema(schema: T.StructType, spark: SparkSession, *,
+                 cogrouped: bool = False) -> pa.Schema:
+    """Return the Arrow schema Spark exchanges ``schema``'s rows in.
 
-    Timestamps carry the session's time zone, as Spark's Arrow batches do.
+    With ``mapInArrow``, timestamps carry the session's time zone, as Spark's Arrow batches
+    do; with a cogroup's ``applyInArrow`` (``cogrouped``), UTC, whatever the session's zone.
 
     Raises:
         TypeError: a column's type has no Arrow form.
         AssertionError: PySpark's answer for some nested types (a timestamp in a map).
 
     """
-    return to_arrow_schema(schema, timezone=spark.conf.get("spark.sql.session.timeZone"))
+    zone = "UTC" if cogrouped else spark.conf.get("spark.sql.session.timeZone")
+    return to_arrow_schema(schema, timezone=zone)

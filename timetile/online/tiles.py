@@ -69,15 +69,23 @@ def millis(column: pa.ChunkedArray, name: str) -> list[int | None]:
     None where that cast gives null), see :func:`~timetile.core.time_text.text_millis`.
 
     Raises:
-        ValueError: a string outside the forms read exactly as Spark reads them, naming the
+        ValueError: a string outside the forms read exactly as Spark reads them, or a type
+            the batch side refuses as a time (int32 seconds, a float, a date), naming the
             column.
 
     """
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return [None if text is None else _text_millis(text, name) for text in column.to_pylist()]
     if pa.types.is_timestamp(column.type):
         return timestamp_millis(column)
-    return [None if t is None else int(t) for t in column.to_pylist()]
+    if pa.types.is_int64(column.type):
+        times: list[int | None] = column.to_pylist()
+        return times
+    raise ValueError(f"time column {name!r} is {column.type}, which the batch side does not "
+                     "read as a time. Fix: send epoch milliseconds as int64, a timestamp, or "
+                     "ISO-8601 text")
 
 
 _UNITS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}

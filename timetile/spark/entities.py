@@ -30,6 +30,7 @@ from timetile.spark.sources import (
     TIME,
     check_time_column,
     coarse_type,
+    epoch_day,
     project,
     read_table,
     time_millis,
@@ -69,10 +70,27 @@ class EntityTables:
 
 
 def partition_day(column: str, data_type: T.DataType) -> Column:
-    """Return a ``YYYY-MM-DD`` string or DATE partition column as an epoch day."""
-    if coarse_type(data_type) in ("date", "timestamp"):
+    """Return a ``YYYY-MM-DD`` string, DATE or timestamp partition column as an epoch day.
+
+    A timestamp is an instant: its UTC day, whatever the session time zone (a cast to DATE
+    would take the session zone's day).
+    """
+    if isinstance(data_type, T.TimestampType):
+        return epoch_day(F.unix_millis(F.col(column)))
+    if coarse_type(data_type) in ("date", "timestamp"):  # a date, or a zone-free timestamp
         return F.unix_date(F.col(column).cast("date"))
     return F.unix_date(F.try_to_date(F.col(column).cast("string"), "yyyy-MM-dd"))
+
+
+def is_before_flag(flag: Column, data_type: T.DataType) -> Column:
+    """Read a mutation's ``is_before`` column as a boolean: null where it holds no flag.
+
+    A number is a flag only as 1 (true) or 0 (false): Spark's cast would read any other
+    number, an epoch time for one, as true. Text reads as Spark casts it to a boolean.
+    """
+    if isinstance(data_type, T.NumericType):
+        return F.when(flag == 1, F.lit(True)).when(flag == 0, F.lit(False))
+    return flag.try_cast("boolean")
 
 
 def day_end_ms(day: Column) -> Column:
@@ -153,8 +171,8 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
     raw = raw.withColumns({
         MUTATION_TIME: time_millis(source.mutation_time_column,
                                    raw.schema[source.mutation_time_column].dataType),
-        # text that is no flag is null: the mutation is left out and counted
-        IS_BEFORE: F.col(source.is_before_column).try_cast("boolean"),
+        # a value that is no flag (text, a number but 1 or 0) is null: the mutation is left
+        IS_BEFORE: is_before_flag(F.col(source.is_before_column), flag_type),  # out, counted
     })
     kept = (MUTATION_TIME, IS_BEFORE, *([exempt] if exempt else []))
     mutations = project(raw, source, where, keep=kept, exempt=exempt)

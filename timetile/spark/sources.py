@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 from timetile.api.errors import DefinitionError
 from timetile.api.schema import not_a_time
 from timetile.api.sources import EntitySource, EventSource, is_path
+from timetile.core.timeutil import DAY_MS
 
 #: The normalized event-time column every loaded source carries.
 TIME = "_tt_time"
@@ -135,11 +136,14 @@ def project(frame: DataFrame, source: EventSource | EntitySource, field: str,
         selected = [name for name, _ in source.projection]
         frame = frame.select(*[F.expr(expr).alias(name) for name, expr in source.projection],
                              *[column for column in keep if column not in selected])
-    reserved = [c for c in frame.columns if c.startswith(RESERVED_PREFIX) and c not in keep]
+    # Spark resolves names without regard to case: `_TT_TIME` is `_tt_time` to withColumn.
+    reserved = [c for c in frame.columns
+                if c.casefold().startswith(RESERVED_PREFIX) and c not in keep]
     if reserved:
         raise DefinitionError.single(
             "source", field, f"has columns {reserved}, and names starting with "
-            f"{RESERVED_PREFIX!r} are timetile's own", "rename them in the source's select")
+            f"{RESERVED_PREFIX!r}, in any case, are timetile's own",
+            "rename them in the source's select")
     return frame
 
 
@@ -196,6 +200,18 @@ def check_time_column(spark: SparkSession, frame: DataFrame, column: str | None,
             "set spark.sql.session.timeZone=UTC, or give the time as epoch milliseconds or a "
             "timestamp",
         )
+
+
+def epoch_day(millis: Column) -> Column:
+    """Return the UTC day of an epoch-millisecond column, as days since the epoch.
+
+    A true floor, exact over all of int64: integer division truncates toward zero, and a
+    negative time inside a day steps back one. (Subtracting the remainder first would leave
+    int64 in the first day of all, which starts before its first millisecond.)
+    """
+    day = F.lit(DAY_MS)
+    return (F.call_function("div", millis, day)
+            - F.when(millis % day < 0, F.lit(1)).otherwise(F.lit(0)))
 
 
 def time_millis(column: str, data_type: T.DataType) -> Column:

@@ -17,8 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from timetile.api.errors import DefinitionError
+from timetile.spark.sources import UTC_ZONES
 
 #: Landed files' modification times count from here (any fixed past time will do).
 _MTIME_BASE = 1_700_000_000
@@ -30,6 +41,50 @@ MAX_FILE_AGE = "3650d"
 CORRUPT = "_tt_corrupt"
 #: The file formats a directory source reads.
 FORMATS = ("json", "parquet")
+#: The epoch milliseconds a timestamp (microseconds in an int64) holds, either side of 0.
+_TIMESTAMP_MILLIS = (2**63 - 1) // 1_000
+
+
+def _is_timestamp(data_type: DataType) -> bool:
+    return isinstance(data_type, (TimestampType, TimestampNTZType))
+
+
+def text_schema(spark: SparkSession, schema: StructType, source: str) -> StructType:
+    """Return ``schema`` with its timestamp columns read as text, for :func:`read_text`.
+
+    Spark's JSON reader reads a number as epoch *seconds*, and text without an offset in
+    the session time zone; timetile reads a time as the batch side holds it: digits as epoch
+    milliseconds, text without an offset as UTC. No job runs.
+
+    Raises:
+        DefinitionError: the schema has a timestamp column and the session time zone is not
+            UTC (``source`` names the stream source).
+
+    """
+    stamps = [f.name for f in schema.fields if _is_timestamp(f.dataType)]
+    zone = spark.conf.get("spark.sql.session.timeZone") or ""
+    if stamps and zone not in UTC_ZONES:
+        raise DefinitionError.single(
+            "stream", "source", f"{source} reads the timestamp columns {stamps} from text, "
+            f"which Spark reads in the session time zone {zone}, not UTC",
+            "set spark.sql.session.timeZone to UTC for the stream")
+    return StructType([StructField(f.name, StringType()) if _is_timestamp(f.dataType) else f
+                       for f in schema.fields])
+
+
+def read_text(text: Column, data_type: DataType) -> Column:
+    """Read a field's text as ``data_type``, null where it does not parse.
+
+    A timestamp reads digits as epoch milliseconds (those a timestamp's microseconds hold),
+    and other text as Spark casts it (in a UTC session: :func:`text_schema`).
+    """
+    if _is_timestamp(data_type):
+        millis = text.try_cast("long")
+        held = millis.between(-_TIMESTAMP_MILLIS, _TIMESTAMP_MILLIS)
+        return F.when(text.rlike("^-?[0-9]+$"), F.when(
+            held, F.timestamp_millis(millis).try_cast(data_type))).otherwise(
+            text.try_cast(data_type))
+    return text.try_cast(data_type)
 
 
 @dataclass(frozen=True)
@@ -39,7 +94,9 @@ class FileSource:
     Each JSON line is one event, an object of the source's raw columns (before its
     ``select``); a malformed line, or one with a value of the wrong type (``"amount": "abc"``
     for a double), reads as a row of nulls, counted as unusable by the job.
-    Times are what the batch source holds: epoch ms, or ISO-8601 strings.
+    Times are what the batch source holds: epoch ms, or ISO-8601 strings. For a timestamp
+    column a JSON number is epoch milliseconds and text without an offset is UTC, as the
+    batch side reads them (Spark's own reader would take seconds and the session zone).
 
     Args:
         path: the directory (any path Spark reads: local, ``s3a://``, ``hdfs://``).
@@ -64,9 +121,17 @@ class FileSource:
                              "more, or None for every new file")
 
     def read_stream(self, spark: SparkSession, schema: StructType) -> DataFrame:
-        """Return the directory as a streaming DataFrame of ``schema``'s columns. No job runs."""
+        """Return the directory as a streaming DataFrame of ``schema``'s columns. No job runs.
+
+        Raises:
+            DefinitionError: JSON lines with timestamp columns, outside a UTC session
+                (:func:`text_schema`).
+
+        """
+        wanted = schema
         if self.format == "json":  # a line with a value of the wrong type is kept whole
-            schema = StructType([*schema.fields, StructField(CORRUPT, StringType())])
+            schema = StructType([*text_schema(spark, schema, self.describe()).fields,
+                                 StructField(CORRUPT, StringType())])
         # Spark skips a file more than maxFileAge (7 days by default) older than the newest
         # it has seen: a file landed with an old modification time (copied from an archive,
         # written long before its rename) would be lost without a count.
@@ -76,7 +141,12 @@ class FileSource:
             reader = reader.option("columnNameOfCorruptRecord", CORRUPT)
         if self.max_files_per_trigger is not None:
             reader = reader.option("maxFilesPerTrigger", str(self.max_files_per_trigger))
-        return reader.load(self.path)
+        frame = reader.load(self.path)
+        if self.format == "json":
+            frame = frame.select(*[read_text(F.col(f.name), f.dataType).alias(f.name)
+                                   if _is_timestamp(f.dataType) else F.col(f.name)
+                                   for f in wanted.fields], CORRUPT)
+        return frame
 
     def describe(self) -> str:
         """Name the source in logs and messages."""

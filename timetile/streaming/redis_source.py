@@ -38,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -48,15 +48,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
-    DataType,
     StringType,
     StructField,
     StructType,
-    TimestampNTZType,
-    TimestampType,
 )
 
-from timetile.streaming.file_source import CORRUPT
+from timetile.streaming.file_source import CORRUPT, read_text, text_schema
 
 #: The name the data source is registered under.
 NAME = "timetile_redis_stream"
@@ -69,8 +66,6 @@ LAYOUTS = ("fields", "json")
 _START = "0-0"
 #: What ``startId`` takes: an entry id, ``millis`` or ``millis-sequence``.
 _ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
-#: The most epoch milliseconds a timestamp holds (int64 microseconds).
-_TIMESTAMP_MILLIS = (2**63 - 1) // 1_000
 
 
 def _order(entry_id: str) -> tuple[int, int]:
@@ -267,18 +262,21 @@ class RedisStreamSource:
         fields = F.col("fields")
         # CORRUPT holds what could not be read: an entry that is not UTF-8 (null fields), a
         # json field missing or of a wrong-typed value (the whole object), so it is counted
+        read_as = text_schema(spark, schema, self.describe())  # times: the batch side's
         if self.layout == "json":
             text = fields.getItem(self.field)
-            parsed = F.from_json(text, StructType([*schema.fields,
+            parsed = F.from_json(text, StructType([*read_as.fields,
                                                    StructField(CORRUPT, StringType())]),
                                  {"columnNameOfCorruptRecord": CORRUPT})
             event = raw.select(parsed.alias("_tt_event"), text.alias("_tt_text"))
-            return event.select(*[F.col("_tt_event").getField(f.name).alias(f.name)
+            return event.select(*[read_text(F.col("_tt_event").getField(f.name), f.dataType)
+                                  .alias(f.name) if read_as[f.name].dataType != f.dataType
+                                  else F.col("_tt_event").getField(f.name).alias(f.name)
                                   for f in schema.fields],
                                 F.when(F.col("_tt_event").isNull(),
                                        F.coalesce(F.col("_tt_text"), F.lit("")))
                                 .otherwise(F.col("_tt_event").getField(CORRUPT)).alias(CORRUPT))
-        return raw.select(*[_read_text(fields.getItem(f.name), f.dataType).alias(f.name)
+        return raw.select(*[read_text(fields.getItem(f.name), f.dataType).alias(f.name)
                             for f in schema.fields],
                           F.when(fields.isNull(), F.lit("")).alias(CORRUPT))
 
@@ -288,17 +286,3 @@ class RedisStreamSource:
         where = (f"{parts.hostname}:{parts.port or 6379}{parts.path}" if parts.hostname
                  else parts.path)
         return f"redis stream {self.stream!r} on {parts.scheme}://{where}"
-
-
-def _read_text(text: Column, data_type: DataType) -> Column:
-    """Read a field's text as ``data_type``, null where it does not parse.
-
-    A timestamp reads digits as epoch milliseconds (those a timestamp's microseconds hold).
-    """
-    if isinstance(data_type, (TimestampType, TimestampNTZType)):
-        millis = text.try_cast("long")
-        held = millis.between(-_TIMESTAMP_MILLIS, _TIMESTAMP_MILLIS)
-        return F.when(text.rlike("^-?[0-9]+$"), F.when(
-            held, F.timestamp_millis(millis).try_cast(data_type))).otherwise(
-            text.try_cast(data_type))
-    return text.try_cast(data_type)

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
+from pyspark.sql.types import DataType, NumericType, TimestampType
 
 from timetile.api import EntitySource, JoinPart
 from timetile.core.timeutil import DAY_MS, date_to_ms
@@ -83,9 +84,19 @@ def _state_key(index: int) -> str:
     return f"_tt_sk{index}"
 
 
-def _day_sql(column: str) -> str:
-    """Read an epoch day from a ``YYYY-MM-DD`` string or a DATE (null when unparseable)."""
-    return f"unix_date(try_cast({column} AS DATE))"
+def _day_sql(frame: DataFrame, column: str) -> str:
+    """Read an epoch day: of a ``YYYY-MM-DD`` string, a DATE, a timestamp's UTC day."""
+    quoted = quote(column)
+    if isinstance(frame.schema[column].dataType, TimestampType):
+        return f"CAST(floor(unix_seconds({quoted}) / 86400) AS INT)"
+    return f"unix_date(try_cast({quoted} AS DATE))"
+
+
+def _flag(flag: Column, data_type: DataType) -> Column:
+    """Read a mutation's ``is_before``: 1 or 0 for a number, as cast for text; else null."""
+    if isinstance(data_type, NumericType):
+        return sf.when(flag.isin(0, 1), flag == 1)
+    return flag.try_cast("boolean")
 
 
 def _project(frame: DataFrame, source: EntitySource, keep: Sequence[str]) -> DataFrame:
@@ -115,7 +126,7 @@ def load_snapshots(spark: SparkSession, source: EntitySource) -> DataFrame:
     """
     partition = source.partition_column
     raw = read_table(spark, source.snapshot_table)
-    raw = raw.withColumn(_DAY, sf.expr(_day_sql(quote(partition))))
+    raw = raw.withColumn(_DAY, sf.expr(_day_sql(raw, partition)))
     return _project(raw, source, [partition, _DAY])
 
 
@@ -139,7 +150,8 @@ def load_mutations(
     column = source.mutation_time_column
     raw = raw.withColumns({
         _MUTATION_TIME: time_millis(quote(column), raw.schema[column].dataType),
-        _IS_BEFORE: sf.col(quote(source.is_before_column)).try_cast("boolean"),
+        _IS_BEFORE: _flag(sf.col(quote(source.is_before_column)),
+                          raw.schema[source.is_before_column].dataType),
     })
     frame = _project(raw, source, [_MUTATION_TIME, _IS_BEFORE])
     return (frame.where(sf.col(_MUTATION_TIME).isNotNull() & sf.col(_IS_BEFORE).isNotNull())
@@ -188,8 +200,9 @@ def _state(
 def _flag_missing(spark: SparkSession, source: EntitySource, frame: DataFrame,
                   at: str) -> DataFrame:
     """Add ``_tt_missing``: whether no row of the snapshot table has partition day(at) − 1."""
-    partitions = (read_table(spark, source.snapshot_table)
-                  .select(sf.expr(_day_sql(quote(source.partition_column))).alias(_PARTITIONS))
+    snapshots = read_table(spark, source.snapshot_table)
+    partitions = (snapshots
+                  .select(sf.expr(_day_sql(snapshots, source.partition_column)).alias(_PARTITIONS))
                   .where(sf.col(_PARTITIONS).isNotNull()).distinct())
     day = sf.expr(f"CAST(({at} - pmod({at}, {DAY_MS})) DIV {DAY_MS} AS BIGINT)")
     return (frame.join(partitions, sf.col(_PARTITIONS) == day - 1, "left")
