@@ -96,7 +96,8 @@ class Runner:
 
     def _limited(self, contender: Contender, timeout: float,
                  work: Callable[[Any], Any]) -> tuple[Outcome, Any]:
-        """Run ``work(handle)`` (handle: a DuckDB connection or None) within ``timeout``."""
+        """Run ``work(handle)`` (handle: a DuckDB connection or None) within ``timeout``, then
+        drop whatever a Spark contender cached."""
         if contender.engine == "duckdb":
             con = self._duck()
             cancel: Callable[[], None] = con.interrupt
@@ -126,6 +127,9 @@ class Runner:
                 handle.close()
             else:
                 self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+                # What a contender cached (timetile's tiled pass keeps its first stage) must
+                # not hold memory while the next one runs; the inputs are never cached.
+                self.spark.catalog.clearCache()
         return outcome, value
 
     def timed(self, contender: Contender, inputs: Inputs, timeout: float) -> Outcome:

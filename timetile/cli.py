@@ -233,7 +233,8 @@ def backfill(
              "sweep, tiled, interval_tree or reference. See docs/engine.md.")
     ] = DEFAULT_EXECUTOR,
     partials: Annotated[str | None, typer.Option(
-        help="Store hop partials here and reuse them in later runs (incremental backfills).")
+        help="Store hop partials here and reuse them in later runs (incremental backfills). "
+             "Runs every part on the tiled executor.")
     ] = None,
     max_key_events: Annotated[int, typer.Option(
         help="The sweep cuts a key with more rows than this (its events and left rows) into "

@@ -502,9 +502,10 @@ def stream(
             except StreamingQueryException as error:
                 raise CliError(_stream_failure(error)) from None
         totals = running.totals
-        out.print(f"{group_by}: {len(running.batches)} micro-batches, {totals.written:,} events "
-                  f"written, {totals.late:,} late, {totals.behind_watermark:,} behind the "
-                  f"watermark, {totals.unusable:,} unusable (totals of this checkpoint)",
+        out.print(f"{group_by}: {len(running.batches)} micro-batches in this run; "
+                  f"{totals.written:,} events written, {totals.late:,} late, "
+                  f"{totals.behind_watermark:,} behind the watermark, {totals.unusable:,} "
+                  "unusable (totals of this checkpoint)",
                   markup=False, highlight=False)
 
 

@@ -37,11 +37,17 @@ def test_an_unparseable_select_names_the_column(spark: Any, events: Any) -> None
         tt.backfill(join, spark)
 
 
-def test_reserved_column_names_are_refused(spark: Any, events: Any) -> None:
-    join = join_over(spark, events.withColumn("_tt_time", events.ts))
+@pytest.mark.parametrize("name", ["_tt_time", "_TT_TIME", "_Tt_key_0"])
+def test_reserved_column_names_are_refused(spark: Any, events: Any, name: str) -> None:
+    """In any case: Spark resolves `_TT_TIME` as `_tt_time`, so the engine's own column
+    replaced a left column of that name, which vanished from the output."""
+    join = join_over(spark, events.withColumn(name, events.ts))
     with pytest.raises(tt.DefinitionError, match=r"parts\[0\]\.source: has columns "
-                       r"\['_tt_time'\].*Fix: rename them in the source's select"):
+                       rf"\['{name}'\].*Fix: rename them in the source's select"):
         tt.backfill(join, spark)
+    left = tt.EventSource(events.withColumn(name, events.ts), time_column="ts")
+    with pytest.raises(tt.DefinitionError, match=rf"left: has columns \['{name}'\]"):
+        tt.backfill(tt.Join("j", left, join.join_parts), spark)
 
 
 def test_string_times_need_a_utc_session(spark: Any) -> None:

@@ -60,7 +60,7 @@ def test_stream_until_idle(spark: Any, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "clicks batch 0: 1 events written in 1 tiles, 1 late" in result.stdout
     assert "clicks batch 1: 0 events written in 0 tiles, 1 unusable" in result.stdout
-    assert "2 micro-batches, 1 events written, 1 late" in result.stdout
+    assert "2 micro-batches in this run; 1 events written, 1 late" in result.stdout
     with open_store(store) as kv:
         assert stream_totals(kv, "clicks") == StreamCounts(written=1, late=1, unusable=1, tiles=1)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -54,7 +54,10 @@ class Aggregation:
 
     def __post_init__(self) -> None:
         subject = f"Aggregation({self.column!r}, {self.op!r})"
-        if not isinstance(self.column, str) or not self.column:
+        if not isinstance(self.column, str):
+            raise DefinitionError.single(subject, "column", f"{self.column!r} is not a column "
+                                         "name", "name an input column, as a string")
+        if not self.column:
             raise DefinitionError.single(subject, "column", "is empty", "name an input column")
         if not isinstance(self.op, str) or self.op not in OPS:
             raise DefinitionError.single(
@@ -63,8 +66,6 @@ class Aggregation:
         self._check_params(subject)
         windows = None if self.windows is None else self._parse_windows(subject)
         object.__setattr__(self, "windows", windows)
-        if self.percentiles is not None:
-            object.__setattr__(self, "percentiles", tuple(float(p) for p in self.percentiles))
         if self.buckets is not None:
             object.__setattr__(self, "buckets", self._parse_buckets(subject))
 
@@ -85,25 +86,31 @@ class Aggregation:
                                              "give k >= 1")
             object.__setattr__(self, "k", int(self.k))  # numpy's ints too
         if self.percentiles is not None:
-            if isinstance(self.percentiles, (str, Real)) or not isinstance(
-                    self.percentiles, Iterable):
+            given = self.percentiles
+            if isinstance(given, (str, bytes, bytearray, Real)):
                 raise DefinitionError.single(
-                    subject, "percentiles", f"{self.percentiles!r} is not a list of ranks",
-                    f"write percentiles=[{self.percentiles!r}]")
-            ranks = list(self.percentiles)  # a numpy array too
+                    subject, "percentiles", f"{given!r} is not a list of ranks",
+                    f"write percentiles=[{given!r}]")
+            # A list or an array: a set has no order, and checking a generator spends it.
+            if not isinstance(given, Sequence) and not hasattr(given, "tolist"):
+                raise DefinitionError.single(
+                    subject, "percentiles", f"{given!r} is not a list of ranks",
+                    "write a list such as [0.5, 0.95]: its order orders the output")
+            ranks = tuple(given)
             bad = [p for p in ranks
                    if isinstance(p, bool) or not isinstance(p, Real) or not 0 <= p <= 1]
             if bad or not ranks:
                 raise DefinitionError.single(
-                    subject, "percentiles", f"{self.percentiles!r} are not ranks in [0, 1]",
+                    subject, "percentiles", f"{given!r} are not ranks in [0, 1]",
                     "give a non-empty list such as [0.5, 0.95]",
                 )
+            object.__setattr__(self, "percentiles", tuple(float(p) for p in ranks))
 
     def _parse_windows(self, subject: str) -> tuple[Window, ...]:
         if isinstance(self.windows, (str, Window)):
             raise DefinitionError.single(subject, "windows", "is a single window, not a list",
                                          f"write windows=[{self.windows!r}]")
-        if not isinstance(self.windows, Sequence):
+        if not isinstance(self.windows, Sequence) or isinstance(self.windows, (bytes, bytearray)):
             raise DefinitionError.single(subject, "windows", f"{self.windows!r} is not a list "
                                          "of windows", "write windows=['1d', '7d']")
         try:

@@ -56,3 +56,15 @@ def one_of(name: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, options, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"use one of {', '.join(options)}{hint}"
+
+
+def wrong_argument(name: str, value: object, wanted: str, fix: str) -> TypeError:
+    """Return the error of a function argument ``name`` that is not ``wanted``.
+
+    >>> print(wrong_argument("spark", None, "a SparkSession", "pass the session"))
+    spark is None, not a SparkSession. Fix: pass the session.
+    """
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = f"a {type(value).__name__}"
+    return TypeError(f"{name} is {shown}, not {wanted}. Fix: {fix}.")

@@ -93,13 +93,15 @@ class Join:
 
     Args:
         name: the model's name, explicit (used for output tables and logs).
-        left: the queries: an :class:`EventSource` (its ``time_column`` is the query time).
+        left: the queries: an :class:`EventSource` (its ``time_column`` is the query time),
+            or an :class:`EntitySource` (each snapshot row, queried at 00:00 UTC of the day
+            after its partition: see docs/entities.md).
         parts: GroupBys, or :class:`JoinPart` to set ``prefix`` and ``key_mapping``.
         derivations: ``{name: spark_sql_expression}``: columns computed per row over the
             left columns and every feature column, e.g. ``{"views_per_purchase":
-            "user_views_count_7d / nullif(user_purchases_count_7d, 0)"}``. The derived
-            columns follow the left columns in the given order, and replace the feature
-            columns unless the key ``"*"`` (with the value ``"*"``) keeps them, before the
+            "user_views_duration_count_7d / nullif(user_purchases_amount_count, 0)"}``. The
+            derived columns follow the left columns in the given order, and replace the
+            feature columns unless the key ``"*"`` (with the value ``"*"``) keeps them, before the
             derived ones. An expression sees every feature column, kept or not. None or
             ``{}``: no derivations. Names are checked here; expressions, against the real
             schemas before any job starts (unknown columns, syntax, aggregates, a name
@@ -246,8 +248,8 @@ def _checked_derivations(
                                         "to '*'", "write '*': '*' to keep every feature "
                                         "column, or leave '*' out to keep only derived ones"))
             continue
-        if not isinstance(name, str) or not _COLUMN_NAME.match(name) or name.startswith(
-                _INTERNAL_PREFIX):
+        if not isinstance(name, str) or not _COLUMN_NAME.match(name) or name.casefold(
+                ).startswith(_INTERNAL_PREFIX):
             problems.append(Problem(field, f"{name!r} is not a valid column name",
                                     "use letters, digits and underscores, starting with a "
                                     "letter, e.g. 'views_per_purchase'"))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from timetile.api.errors import DefinitionError
+from timetile.api.windows import MAX_WINDOW_MS
 from timetile.core.timeutil import parse_duration
 
 #: What ``select`` holds once normalized: (output name, Spark SQL expression) pairs.
@@ -119,10 +120,15 @@ def _parse_period(period: object) -> int:
         raise DefinitionError.single("EventSource", "period", f"{period!r} is not a duration",
                                      fix)
     try:
-        return parse_duration(period)
+        millis = parse_duration(period)
     except ValueError:
         raise DefinitionError.single("EventSource", "period",
                                      f"{period!r} is not a positive duration", fix) from None
+    if millis > MAX_WINDOW_MS:  # floors of every time to one period would leave int64
+        raise DefinitionError.single("EventSource", "period", f"{period!r} is longer than "
+                                     "10,000 years", "give the cadence the rows land at, "
+                                     "such as '1h' or '1d'")
+    return millis
 
 
 @dataclass(frozen=True)
@@ -186,9 +192,13 @@ class EntitySource(_Projected):
         snapshot_table: table name, Parquet path or DataFrame of daily snapshots.
         mutation_table: the mutations, or None when only snapshots exist (SNAPSHOT accuracy).
         time_column: a time column of the rows, needed only for windowed aggregations.
-        mutation_time_column: when each mutation happened, in epoch milliseconds.
-        is_before_column: true for the row image before a change.
-        partition_column: the snapshot's day partition, ``YYYY-MM-DD``.
+        mutation_time_column: when each mutation happened: epoch milliseconds, a timestamp
+            or time text, as an event source's time column.
+        is_before_column: true for the row image before a change (a boolean, the text
+            ``true``/``false``, or a number 1/0; anything else leaves the mutation out,
+            counted).
+        partition_column: the snapshot's day partition: ``YYYY-MM-DD`` text, a date, or a
+            timestamp (its UTC day).
         select: columns to keep.
         where: Spark SQL filters, ANDed.
 
@@ -213,6 +223,11 @@ class EntitySource(_Projected):
                 raise DefinitionError.single("EntitySource", name, f"{value!r} names no column",
                                              f"name the column, or leave {name} out for its "
                                              f"default {default!r}")
+        if self.is_before_column == self.mutation_time_column:
+            raise DefinitionError.single(
+                "EntitySource", "is_before_column", f"{self.is_before_column!r} is the "
+                "mutation_time_column too, so every mutation would read as a retraction",
+                "name the column that is true for the row image before a change")
         if self.time_column is not None and (not isinstance(self.time_column, str)
                                              or not self.time_column):
             raise DefinitionError.single("EntitySource", "time_column",

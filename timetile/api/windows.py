@@ -116,9 +116,11 @@ def _to_millis(value: str | int, field: str) -> int:
         millis = value
     else:
         try:
-            millis = parse_duration(value)
+            millis = parse_duration(value, allow_zero=True)
         except ValueError:
             raise _error(field, f"{value!r} is not a duration", fix) from None
+        if millis == 0:
+            raise _error(field, f"{value!r} is not positive", "give a positive length")
     if millis > MAX_WINDOW_MS:
         raise _error(field, f"{value!r} is longer than 10,000 years",
                      "leave windows out (None) for a lifetime window" if field == "length"
@@ -130,7 +132,7 @@ def _resolve_kind(kind: str | None, hop_ms: int | None) -> WindowKind:
     if kind is None:
         return WindowKind.SLIDING if hop_ms is None else WindowKind.SAWTOOTH
     allowed = {k.value: k for k in (WindowKind.SLIDING, WindowKind.SAWTOOTH, WindowKind.HOPPING)}
-    resolved = allowed.get(kind)
+    resolved = allowed.get(kind) if isinstance(kind, str) else None
     if resolved is None:
         raise _error(
             "kind",

@@ -19,8 +19,13 @@ from pyspark.sql import types as T
 
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
-from timetile.core.locations import write_problem
-from timetile.core.timeutil import DAY_MS, SECONDS_LIKE_MS, date_to_ms, ms_to_iso
+from timetile.core.timeutil import DAY_MS, SECONDS_LIKE_MS, ms_to_iso
+from timetile.offline.arguments import (
+    check_arguments,
+    partials_location,
+    shifted,
+    time_range,
+)
 from timetile.offline.derivations import apply_derivations, check_plan
 from timetile.offline.entity_executor import entity_features, entity_output_fields
 from timetile.offline.hot_keys import (
@@ -115,11 +120,13 @@ class BackfillJob:
         partials_path: str | os.PathLike[str] | None = None,
         max_key_events: int = DEFAULT_MAX_KEY_EVENTS,
     ) -> None:
+        check_arguments(join, spark, executor=executor, strict=strict,
+                        executors=EXECUTORS)
         if isinstance(max_key_events, bool) or not isinstance(max_key_events, int) \
                 or max_key_events < 1:
             raise ValueError(f"max_key_events is {max_key_events!r}: give a positive int")
         if partials_path is not None:
-            partials_path = _partials_location(partials_path)
+            partials_path = partials_location(partials_path)
         if partials_path is not None and executor == AUTO:
             executor = "tiled"
         if partials_path is not None and executor != "tiled":
@@ -129,7 +136,7 @@ class BackfillJob:
                              f"{', '.join(EXECUTORS)}")
         self.join = join
         self.spark = spark
-        self.range_ms = _time_range(start, end)
+        self.range_ms = time_range(start, end)
         self.executor = executor
         self.max_key_events = max_key_events
         self._splits: dict[str, KeySplit | None] = {}  # by GroupBy name
@@ -140,7 +147,7 @@ class BackfillJob:
             self.plan: BackfillPlan = plan_backfill(join, spark)
             check_plan(self.plan)  # derivations, against the real schemas
         if self.plan.entity_left and self.range_ms is not None:  # a left row is its day's end
-            self.range_ms = (_shifted(self.range_ms[0]), _shifted(self.range_ms[1]))
+            self.range_ms = (shifted(self.range_ms[0]), shifted(self.range_ms[1]))
         self.options = replace(self.options, landed_before=self._events_before())
         with self.report.stage("count input"):
             self.report.sources.extend(count_sources(self.plan, self._bounded_keys(),
@@ -499,52 +506,6 @@ def _arrow_compatible(frame: DataFrame) -> bool:
     except (TypeError, AssertionError):
         return False
     return True
-
-
-#: The left rows kept, as epoch milliseconds: ``low <= time < high``, a side None if open.
-TimeRange = tuple[int | None, int | None]
-
-
-def _shifted(millis: int | None) -> int | None:
-    """Move a range bound one day later (an open side stays open)."""
-    return None if millis is None else millis + DAY_MS
-
-
-def _day_ms(name: str, day: str) -> int:
-    """Return a ``start`` or ``end`` day in epoch milliseconds; errors name the argument."""
-    try:
-        return date_to_ms(day)
-    except (ValueError, TypeError, AttributeError):  # not a day, or not a str or date
-        raise ValueError(f"{name} {day!r} is not a day: write it as YYYY-MM-DD, e.g. "
-                         "2024-01-31") from None
-
-
-def _partials_location(location: object) -> str:
-    """Return ``partials_path`` as a string, or raise naming it when it cannot be written."""
-    if isinstance(location, os.PathLike):
-        location = os.fspath(location)
-    if not isinstance(location, str) or not location.strip():
-        raise ValueError(f"partials_path is {location!r}: give a folder path or URI "
-                         "(str), e.g. 's3://bucket/partials' or '/data/partials'")
-    problem = write_problem(location)
-    if problem is not None:
-        raise ValueError(f"partials_path {location}: {problem}")
-    return location
-
-
-def _time_range(start: str | None, end: str | None) -> TimeRange | None:
-    """Return the range of ``start`` and ``end`` (days, inclusive), or None for all rows.
-
-    A side not given is open, so no time is left out on it (the first and last int64
-    milliseconds included).
-    """
-    if start is None and end is None:
-        return None
-    low = _day_ms("start", start) if start is not None else None
-    high = _day_ms("end", end) + DAY_MS if end is not None else None
-    if low is not None and high is not None and low >= high:
-        raise ValueError(f"start {start} is after end {end}: give start <= end")
-    return low, high
 
 
 def backfill(

@@ -51,6 +51,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from timetile.api.errors import wrong_argument
 from timetile.online.fetcher import FetchResult
 from timetile.online.jsonable import dumps
 
@@ -107,9 +108,19 @@ class ResponseLog:
     def __init__(self, log_dir: str | os.PathLike[str], *, max_rows: int = 10_000,
                  max_seconds: float = 5.0, queue_size: int = 100_000,
                  clock: Callable[[], int] = _now_ms) -> None:
-        if max_rows < 1 or queue_size < 1 or max_seconds <= 0:
-            raise ValueError("max_rows and queue_size must be at least 1, max_seconds above 0")
+        for name, value in (("max_rows", max_rows), ("queue_size", queue_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} is {value!r}: give an int of at least 1")
+        if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) \
+                or not max_seconds > 0:
+            raise ValueError(f"max_seconds is {max_seconds!r}: give a number above 0")
+        if not isinstance(log_dir, (str, os.PathLike)):
+            raise wrong_argument("log_dir", log_dir, "a folder", "give the folder the "
+                                 "response log writes to, e.g. 'logs/responses'")
         self.log_dir = Path(log_dir)
+        if self.log_dir.exists() and not self.log_dir.is_dir():
+            raise ValueError(f"log_dir {self.log_dir} is a file: give a folder for the "
+                             "response log")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.max_rows = max_rows
         self.max_seconds = max_seconds

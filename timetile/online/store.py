@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
+from timetile.api.errors import wrong_argument
+
 #: One tile entry: (tile start in epoch ms, member, value).
 Tile = tuple[int, bytes, bytes]
 
@@ -89,12 +91,13 @@ class KVStore(ABC):
         self.close()
 
 
-def open_store(uri: str) -> KVStore:
+def open_store(uri: str | os.PathLike[str]) -> KVStore:
     """Open a store from a URI, and check that it can be used.
 
     Accepted forms:
 
-    - ``lmdb:///abs/path``, ``lmdb:relative/path`` or a bare filesystem path: an
+    - ``lmdb:///abs/path``, ``lmdb:relative/path`` or a bare filesystem path (a ``str`` or
+      a path-like object): an
       :class:`~timetile.online.lmdb_store.LmdbStore` on that directory. The ``lmdb:`` forms
       take options as a query: ``?readonly=1``, ``?sync=0``, ``?map_size=BYTES``;
     - ``redis://[[user]:password@]host:port/db``, ``rediss://...`` (TLS) and
@@ -111,6 +114,11 @@ def open_store(uri: str) -> KVStore:
     ValueError: unknown store URI 's3://bucket/store': use lmdb:///abs/path, ...
 
     """
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
+    if not isinstance(uri, str):
+        raise wrong_argument("uri", uri, "a store URI", "give a str such as "
+                             "'lmdb:/data/store' or 'redis://host:6379/0'")
     store: KVStore
     if uri.startswith(("redis://", "rediss://", "unix://")):
         from timetile.online.redis_store import RedisStore  # noqa: PLC0415  (lazy backend)

@@ -1,0 +1,76 @@
+"""The arguments of a backfill, checked before anything reads them: each error names one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from pyspark.sql import SparkSession
+
+from timetile.api.errors import wrong_argument
+from timetile.api.join import Join
+from timetile.core.locations import write_problem
+from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.offline.options import AUTO
+
+
+def check_arguments(join: object, spark: object, *, executor: object, strict: object,
+                    executors: Iterable[str]) -> None:
+    """Refuse arguments of the wrong type before anything reads them, naming each."""
+    if not isinstance(join, Join):
+        raise wrong_argument("join", join, "a tt.Join", "backfill a Join: tt.Join(name, "
+                             "left=tt.EventSource(...), parts=[group_by])")
+    if not isinstance(spark, SparkSession):
+        raise wrong_argument("spark", spark, "a SparkSession", "pass your session, or "
+                             "timetile.offline.session.local_session()")
+    if not isinstance(executor, str):
+        raise wrong_argument("executor", executor, "an executor's name",
+                             f"give one of {AUTO!r}, {', '.join(map(repr, executors))}")
+    if not isinstance(strict, bool):
+        raise wrong_argument("strict", strict, "True or False", "give a bool")
+
+
+#: The left rows kept, as epoch milliseconds: ``low <= time < high``, a side None if open.
+TimeRange = tuple[int | None, int | None]
+
+
+def shifted(millis: int | None) -> int | None:
+    """Move a range bound one day later (an open side stays open)."""
+    return None if millis is None else millis + DAY_MS
+
+
+def _day_ms(name: str, day: str) -> int:
+    """Return a ``start`` or ``end`` day in epoch milliseconds; errors name the argument."""
+    try:
+        return date_to_ms(day)
+    except (ValueError, TypeError, AttributeError):  # not a day, or not a str or date
+        raise ValueError(f"{name} {day!r} is not a day: write it as YYYY-MM-DD, e.g. "
+                         "2024-01-31") from None
+
+
+def partials_location(location: object) -> str:
+    """Return ``partials_path`` as a string, or raise naming it when it cannot be written."""
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location.strip():
+        raise ValueError(f"partials_path is {location!r}: give a folder path or URI "
+                         "(str), e.g. 's3://bucket/partials' or '/data/partials'")
+    problem = write_problem(location)
+    if problem is not None:
+        raise ValueError(f"partials_path {location}: {problem}")
+    return location
+
+
+def time_range(start: str | None, end: str | None) -> TimeRange | None:
+    """Return the range of ``start`` and ``end`` (days, inclusive), or None for all rows.
+
+    A side not given is open, so no time is left out on it (the first and last int64
+    milliseconds included).
+    """
+    if start is None and end is None:
+        return None
+    low = _day_ms("start", start) if start is not None else None
+    high = _day_ms("end", end) + DAY_MS if end is not None else None
+    if low is not None and high is not None and low >= high:
+        raise ValueError(f"start {start} is after end {end}: give start <= end")
+    return low, high
