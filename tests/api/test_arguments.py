@@ -136,3 +136,9 @@ def test_streamed_times_of_a_type_the_batch_side_refuses_are_refused() -> None:
         with pytest.raises(ValueError, match=r"time column 'ts' is .*Fix: send epoch "
                            r"milliseconds as int64"):
             millis(pa.chunked_array([column]), "ts")
+
+
+def test_a_time_column_of_nulls_only_is_nulls() -> None:
+    """pyarrow types a column holding only None as null: its rows are unusable, not a
+    refused batch (a mutation's null row time is valid)."""
+    assert millis(pa.chunked_array([pa.array([None, None])]), "ts") == [None, None]

@@ -13,8 +13,9 @@ import pytest
 
 import timetile as tt
 from timetile.core.aggregators.codec import decode, encode
-from timetile.core.batch_record import answers_for
+from timetile.core.batch_record import answers_for, read_record
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.online.entity_records import EntityRecord
 from timetile.online.fetcher import Fetcher
 from timetile.online.layout import META_TABLE, GroupByMeta, batch_table, encode_key
 from timetile.online.store import open_store
@@ -117,3 +118,16 @@ def test_which_records_answer() -> None:
     for newer in (3, 4):
         with pytest.raises(ValueError, match="an upload of a changed definition is under way"):
             answers_for(newer, "b", served=3, served_signature="a")
+
+
+def test_records_of_an_earlier_build_are_older_than_any_upload() -> None:
+    """Before generations, a record version 2 of a key the new upload did not rewrite failed
+    every fetch of it (HTTP 503); it is older than the served upload, so it reads as empty."""
+    old_batch = encode((2, DAY_END, DAY_MS, "sig", (), ()))
+    assert read_record(old_batch, [], {}, signature="sig", generation=1).generation == -1
+    with pytest.raises(ValueError, match="not a timetile batch record of version 3"):
+        read_record(old_batch, [], {})
+    old_entity = encode((1, DAY_END, ()))
+    assert EntityRecord.from_bytes(old_entity, signature="sig", generation=1).rows == ()
+    with pytest.raises(ValueError, match="not a timetile entity record of version 2"):
+        EntityRecord.from_bytes(old_entity)

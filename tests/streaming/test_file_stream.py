@@ -320,3 +320,31 @@ def test_json_times_of_a_timestamp_column_read_as_the_batch_side_reads_them(
         fetcher = Fetcher(join, store)
         fetched = [fetcher.fetch([{"user_id": 1}], at=when)[0] for when in (at, at + 1)]
     assert [r.features["sums_amount_sum_1h"] for r in fetched] == [None, 15.0]
+
+
+def test_a_json_time_inside_a_struct_reads_as_the_batch_side_reads_it(
+        spark: Any, tmp_path: Path) -> None:
+    """A timestamp nested in a struct (selected as the source's time) was still read by
+    Spark's JSON reader: epoch ms as seconds, the event 54,000 years ahead."""
+    at = DAY_END + HOUR_MS
+    batch = spark.createDataFrame([(1, DAY_END - HOUR_MS, 1.0)],
+                                  "user_id long, ms long, amount double").select(
+        "user_id", F.struct(F.timestamp_millis("ms").alias("ts"), "amount").alias("payload"))
+    source = tt.EventSource(batch, select={"user_id": "user_id", "ts": "payload.ts",
+                                           "amount": "payload.amount"})
+    sums = tt.GroupBy("nested", source, ["user_id"],
+                      [tt.Aggregation("amount", "sum", windows=["1h"])])
+    uri = f"lmdb://{tmp_path / 'store'}"
+    upload(sums, spark, DS, uri)
+    files = write_files(tmp_path / "landing", [
+        {"user_id": 1, "payload": {"ts": at - 10, "amount": 2.0}},
+        {"user_id": 1, "payload": {"ts": "2024-01-03T00:59:59", "amount": 4.0}},
+        {"user_id": 1, "payload": None}], 1)
+    stream = stream_group_by(sums, spark, FileSource(str(files[0].parent)), uri,
+                             str(tmp_path / "checkpoint"), until_idle=True)
+    stream.await_termination()
+    assert (stream.totals.written, stream.totals.unusable) == (2, 1)
+    left = tt.EventSource(batch.select("user_id", F.col("payload.ts").alias("ts")))
+    with open_store(uri) as store:
+        fetched = Fetcher(tt.Join("j", left, [sums]), store).fetch([{"user_id": 1}], at=at)
+    assert fetched[0].features == {"nested_amount_sum_1h": 6.0}

@@ -110,12 +110,12 @@ def test_a_timestamp_field_reads_epoch_milliseconds_and_iso_text(spark: Any) -> 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from timetile.streaming.redis_source import _read_text
+    from timetile.streaming.file_source import read_text
 
     texts = ["1704240000010", "2024-01-03T00:00:00.010Z", "-5", "abc", "99999999999999999999",
              "9223372036854775807", None]
     frame = spark.createDataFrame([(text,) for text in texts], "t string")
-    read = frame.select(F.unix_millis(_read_text(F.col("t"), T.TimestampType()))).collect()
+    read = frame.select(F.unix_millis(read_text(F.col("t"), T.TimestampType()))).collect()
     assert [row[0] for row in read] == [1704240000010, 1704240000010, -5, None, None, None, None]
 
 

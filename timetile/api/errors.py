@@ -58,13 +58,17 @@ def one_of(name: str, choices: Iterable[str]) -> str:
     return f"use one of {', '.join(options)}{hint}"
 
 
-def wrong_argument(name: str, value: object, wanted: str, fix: str) -> TypeError:
-    """Return the error of a function argument ``name`` that is not ``wanted``.
+def expect_argument(name: str, value: object, kind: type | tuple[type, ...], wanted: str,
+                    fix: str) -> None:
+    """Raise a TypeError naming argument ``name`` and ``fix`` unless ``value`` is a ``kind``.
 
-    >>> print(wrong_argument("spark", None, "a SparkSession", "pass the session"))
-    spark is None, not a SparkSession. Fix: pass the session.
+    >>> expect_argument("spark", None, str, "a SparkSession", "pass the session")
+    Traceback (most recent call last):
+    TypeError: spark is None, not a SparkSession. Fix: pass the session.
     """
+    if isinstance(value, kind):
+        return
     shown = repr(value)
     if len(shown) > 80:
         shown = f"a {type(value).__name__}"
-    return TypeError(f"{name} is {shown}, not {wanted}. Fix: {fix}.")
+    raise TypeError(f"{name} is {shown}, not {wanted}. Fix: {fix}.")

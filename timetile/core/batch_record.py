@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from timetile.core.aggregators import Aggregator
-from timetile.core.aggregators.codec import decode_versioned, encode
+from timetile.core.aggregators.codec import decode_versioned, encode, older_version
 from timetile.core.timeutil import DAY_MS
 from timetile.core.types import ValueType
 from timetile.core.windows import WindowKind, window_interval
@@ -281,7 +281,9 @@ def read_record(data: bytes, features: Sequence[OnlineFeature],
 
     ``value_types`` maps each series to the dtype its aggregators take. A record of an
     upload before the served one, ``generation`` (:func:`answers_for`), comes back with no
-    bodies and no edges, undecoded: the served upload found no event of its key.
+    bodies and no edges, undecoded: the served upload found no event of its key. So does one
+    of an earlier record version (an earlier build's), older than any upload that stamps
+    generations.
 
     Raises:
         ValueError: the bytes are not a record of this version, or are of another
@@ -289,9 +291,14 @@ def read_record(data: bytes, features: Sequence[OnlineFeature],
             definition is under way).
 
     """
-    day_end, slack, written_by, written_for, raw_bodies, raw_edges = decode_versioned(
-        data, RECORD_VERSION, 6, "a timetile batch record",
-        "re-run upload with this timetile version")
+    try:
+        day_end, slack, written_by, written_for, raw_bodies, raw_edges = decode_versioned(
+            data, RECORD_VERSION, 6, "a timetile batch record",
+            "re-run upload with this timetile version")
+    except ValueError:
+        if generation is not None and older_version(data, RECORD_VERSION):
+            return BatchRecord(0, 0, {}, {}, -1)  # an earlier build's: older than any upload
+        raise
     if not answers_for(written_by, written_for, served=generation, served_signature=signature):
         return BatchRecord(day_end, slack, {}, {}, written_by)
     by_name = {feature.name: feature for feature in features}

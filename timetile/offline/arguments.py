@@ -7,27 +7,31 @@ from collections.abc import Iterable
 
 from pyspark.sql import SparkSession
 
-from timetile.api.errors import wrong_argument
+from timetile.api.errors import expect_argument
 from timetile.api.join import Join
 from timetile.core.locations import write_problem
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.offline.options import AUTO
 
 
+def check_session(spark: object) -> None:
+    """Refuse a ``spark`` that is no SparkSession (a Spark Connect session is one)."""
+    kind = type(spark)
+    if kind.__name__ == "SparkSession" and kind.__module__.startswith("pyspark.sql"):
+        return
+    expect_argument("spark", spark, SparkSession, "a SparkSession",
+                    "pass your session, or timetile.offline.session.local_session()")
+
+
 def check_arguments(join: object, spark: object, *, executor: object, strict: object,
                     executors: Iterable[str]) -> None:
     """Refuse arguments of the wrong type before anything reads them, naming each."""
-    if not isinstance(join, Join):
-        raise wrong_argument("join", join, "a tt.Join", "backfill a Join: tt.Join(name, "
-                             "left=tt.EventSource(...), parts=[group_by])")
-    if not isinstance(spark, SparkSession):
-        raise wrong_argument("spark", spark, "a SparkSession", "pass your session, or "
-                             "timetile.offline.session.local_session()")
-    if not isinstance(executor, str):
-        raise wrong_argument("executor", executor, "an executor's name",
-                             f"give one of {AUTO!r}, {', '.join(map(repr, executors))}")
-    if not isinstance(strict, bool):
-        raise wrong_argument("strict", strict, "True or False", "give a bool")
+    expect_argument("join", join, Join, "a tt.Join",
+                    "backfill a Join: tt.Join(name, left=tt.EventSource(...), parts=[group_by])")
+    check_session(spark)
+    expect_argument("executor", executor, str, "an executor's name",
+                    f"give one of {AUTO!r}, {', '.join(map(repr, executors))}")
+    expect_argument("strict", strict, bool, "True or False", "give a bool")
 
 
 #: The left rows kept, as epoch milliseconds: ``low <= time < high``, a side None if open.

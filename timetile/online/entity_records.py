@@ -46,7 +46,12 @@ import pyarrow.compute as pc
 from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.sources import EntitySource
-from timetile.core.aggregators.codec import decode_versioned, encode, expect_int
+from timetile.core.aggregators.codec import (
+    decode_versioned,
+    encode,
+    expect_int,
+    older_version,
+)
 from timetile.core.batch_record import answers_for, split_series
 from timetile.core.entity_state import EntityFeature, EntityReplay, Image
 from timetile.online.layout import GroupByMeta, online_features
@@ -111,15 +116,21 @@ class EntityRecord:
         """Decode what :meth:`to_bytes` wrote.
 
         A record of an upload before the served one, ``generation`` (with ``signature``:
-        :func:`~timetile.core.batch_record.answers_for`), comes back without rows.
+        :func:`~timetile.core.batch_record.answers_for`), comes back without rows; so does
+        one of an earlier record version.
 
         Raises:
             ValueError: the bytes are not an entity record of this version, or are of
                 another ``signature`` and not older than ``generation``.
 
         """
-        day_end, rows, written_by, written_for = decode_versioned(
-            data, _RECORD_VERSION, 4, "a timetile entity record", "re-run upload")
+        try:
+            day_end, rows, written_by, written_for = decode_versioned(
+                data, _RECORD_VERSION, 4, "a timetile entity record", "re-run upload")
+        except ValueError:
+            if generation is not None and older_version(data, _RECORD_VERSION):
+                return cls(0, (), -1)  # an earlier build's: older than any upload
+            raise
         try:
             record = cls(int(day_end), tuple((tuple(image), time) for image, time in rows),
                          expect_int(written_by, "generation"), str(written_for))

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from timetile.api.errors import DefinitionError, wrong_argument
+from timetile.api.errors import DefinitionError, expect_argument
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join, JoinPart
 from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
@@ -148,12 +148,10 @@ class Fetcher:
 
     def __init__(self, join: Join, store: KVStore,
                  clock: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-        if not isinstance(join, Join):
-            raise wrong_argument("join", join, "a tt.Join", "serve a Join: tt.Join(name, "
-                                 "left=..., parts=[group_by])")
-        if not isinstance(store, KVStore):
-            raise wrong_argument("store", store, "an open store", "open it first: "
-                                 "timetile.online.store.open_store(uri)")
+        expect_argument("join", join, Join, "a tt.Join",
+                        "serve a Join: tt.Join(name, left=..., parts=[group_by])")
+        expect_argument("store", store, KVStore, "an open store",
+                        "open it first: timetile.online.store.open_store(uri)")
         self.join = join
         self.store = store
         self.clock = clock

@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral, Real
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -51,7 +52,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from timetile.api.errors import wrong_argument
+from timetile.api.errors import expect_argument
 from timetile.online.fetcher import FetchResult
 from timetile.online.jsonable import dumps
 
@@ -108,15 +109,16 @@ class ResponseLog:
     def __init__(self, log_dir: str | os.PathLike[str], *, max_rows: int = 10_000,
                  max_seconds: float = 5.0, queue_size: int = 100_000,
                  clock: Callable[[], int] = _now_ms) -> None:
-        for name, value in (("max_rows", max_rows), ("queue_size", queue_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        given: tuple[object, ...] = (max_rows, queue_size, max_seconds)
+        for name, value in zip(("max_rows", "queue_size"), given, strict=False):
+            if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
                 raise ValueError(f"{name} is {value!r}: give an int of at least 1")
-        if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) \
+        max_rows, queue_size = int(max_rows), int(queue_size)  # numpy's ints too
+        if isinstance(given[2], bool) or not isinstance(given[2], Real) \
                 or not max_seconds > 0:
             raise ValueError(f"max_seconds is {max_seconds!r}: give a number above 0")
-        if not isinstance(log_dir, (str, os.PathLike)):
-            raise wrong_argument("log_dir", log_dir, "a folder", "give the folder the "
-                                 "response log writes to, e.g. 'logs/responses'")
+        expect_argument("log_dir", log_dir, (str, os.PathLike), "a folder",
+                        "give the folder the response log writes to, e.g. 'logs/responses'")
         self.log_dir = Path(log_dir)
         if self.log_dir.exists() and not self.log_dir.is_dir():
             raise ValueError(f"log_dir {self.log_dir} is a file: give a folder for the "

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from timetile.api.errors import wrong_argument
+from timetile.api.errors import expect_argument
 
 #: One tile entry: (tile start in epoch ms, member, value).
 Tile = tuple[int, bytes, bytes]
@@ -116,9 +116,8 @@ def open_store(uri: str | os.PathLike[str]) -> KVStore:
     """
     if isinstance(uri, os.PathLike):
         uri = os.fspath(uri)
-    if not isinstance(uri, str):
-        raise wrong_argument("uri", uri, "a store URI", "give a str such as "
-                             "'lmdb:/data/store' or 'redis://host:6379/0'")
+    expect_argument("uri", uri, str, "a store URI",
+                    "give a str such as 'lmdb:/data/store' or 'redis://host:6379/0'")
     store: KVStore
     if uri.startswith(("redis://", "rediss://", "unix://")):
         from timetile.online.redis_store import RedisStore  # noqa: PLC0415  (lazy backend)

@@ -74,6 +74,8 @@ def millis(column: pa.ChunkedArray, name: str) -> list[int | None]:
             column.
 
     """
+    if pa.types.is_null(column.type):  # a column of nulls only, as pyarrow types it
+        return [None] * len(column)
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):

@@ -24,10 +24,12 @@ sides see the same rows.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -36,7 +38,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from timetile.api.errors import DefinitionError, Problem, wrong_argument
+from timetile.api.errors import DefinitionError, Problem, expect_argument
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
 from timetile.api.schema import group_by_problems
@@ -49,6 +51,7 @@ from timetile.core.batch_record import (
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms, format_duration, ms_to_iso
 from timetile.core.windows import MAX_TIME, WindowKind
+from timetile.offline.arguments import check_session
 from timetile.online.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
 from timetile.online.layout import (
     META_TABLE,
@@ -247,7 +250,9 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
 
     """
     day_end = _check_arguments(spark, ds, store_uri, slack_ms)
-    store_uri = absolute_uri(store_uri)  # the executors' folder may not be the driver's
+    slack_ms = int(slack_ms)  # numpy's ints too
+    # the executors' folder may not be the driver's
+    store_uri = absolute_uri(os.fspath(store_uri))
     if day_end > time.time() * 1000:
         raise DefinitionError.single(
             f"GroupBy {group_by.name!r}", "ds", f"{ds} has not ended yet (UTC), so its rows "
@@ -334,13 +339,10 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
 
 def _check_arguments(spark: object, ds: object, store_uri: object, slack_ms: object) -> int:
     """Return the end of day ``ds``, after refusing arguments of the wrong type, each named."""
-    if not isinstance(spark, SparkSession):
-        raise wrong_argument("spark", spark, "a SparkSession", "pass your session, or "
-                             "timetile.offline.session.local_session()")
-    if not isinstance(store_uri, str):
-        raise wrong_argument("store_uri", store_uri, "a store URI", "give a str such as "
-                             "'lmdb:/data/store' or 'redis://host:6379/0'")
-    if isinstance(slack_ms, bool) or not isinstance(slack_ms, int) or slack_ms < 1:
+    check_session(spark)
+    expect_argument("store_uri", store_uri, (str, os.PathLike), "a store URI",
+                    "give a str such as 'lmdb:/data/store' or 'redis://host:6379/0'")
+    if isinstance(slack_ms, bool) or not isinstance(slack_ms, Integral) or slack_ms < 1:
         raise ValueError(f"slack_ms is {slack_ms!r}: give a positive int of milliseconds, "
                          f"e.g. the default {DEFAULT_SLACK_MS}")
     try:
@@ -446,9 +448,8 @@ def upload(target: Join | GroupBy, spark: SparkSession, ds: str, store_uri: str,
         slack_ms: how long after the end of ``ds`` the records answer exactly.
 
     """
-    if not isinstance(target, (Join, GroupBy)):
-        raise wrong_argument("target", target, "a tt.Join or tt.GroupBy",
-                             "upload a Join's GroupBys, or one GroupBy")
+    expect_argument("target", target, (Join, GroupBy), "a tt.Join or tt.GroupBy",
+                    "upload a Join's GroupBys, or one GroupBy")
     written, left_out = {}, {}
     for index, group_by in enumerate(_group_bys(target)):
         field = "group_by" if isinstance(target, GroupBy) else f"parts[{index}].group_by"

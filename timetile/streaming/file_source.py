@@ -20,7 +20,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     DataType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -29,7 +31,7 @@ from pyspark.sql.types import (
 )
 
 from timetile.api.errors import DefinitionError
-from timetile.spark.sources import UTC_ZONES
+from timetile.spark.sources import UTC_ZONES, quote
 
 #: Landed files' modification times count from here (any fixed past time will do).
 _MTIME_BASE = 1_700_000_000
@@ -49,26 +51,55 @@ def _is_timestamp(data_type: DataType) -> bool:
     return isinstance(data_type, (TimestampType, TimestampNTZType))
 
 
-def text_schema(spark: SparkSession, schema: StructType, source: str) -> StructType:
-    """Return ``schema`` with its timestamp columns read as text, for :func:`read_text`.
+def holds_timestamps(data_type: DataType) -> bool:
+    """Whether a type is or holds (in a struct, array or map) a timestamp."""
+    if _is_timestamp(data_type):
+        return True
+    if isinstance(data_type, StructType):
+        return any(holds_timestamps(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return holds_timestamps(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return holds_timestamps(data_type.keyType) or holds_timestamps(data_type.valueType)
+    return False
 
-    Spark's JSON reader reads a number as epoch *seconds*, and text without an offset in
-    the session time zone; timetile reads a time as the batch side holds it: digits as epoch
-    milliseconds, text without an offset as UTC. No job runs.
+
+def _as_text(data_type: DataType) -> DataType:
+    """Return the type with each timestamp in it, at any depth, read as text."""
+    if _is_timestamp(data_type):
+        return StringType()
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _as_text(f.dataType), f.nullable)
+                           for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_as_text(data_type.elementType), data_type.containsNull)
+    if isinstance(data_type, MapType):
+        return MapType(_as_text(data_type.keyType), _as_text(data_type.valueType),
+                       data_type.valueContainsNull)
+    return data_type
+
+
+def text_schema(spark: SparkSession, schema: StructType, source: str) -> StructType:
+    """Return ``schema`` with its timestamps, at any depth, read as text.
+
+    :func:`read_texts` reads them back. Spark's JSON reader reads a number as epoch
+    *seconds*, and text without an offset in the session time zone; timetile reads a time as
+    the batch side holds it: digits as epoch milliseconds, text without an offset as UTC.
+    No job runs.
 
     Raises:
-        DefinitionError: the schema has a timestamp column and the session time zone is not
-            UTC (``source`` names the stream source).
+        DefinitionError: the schema holds a timestamp and the session time zone is not UTC
+            (``source`` names the stream source).
 
     """
-    stamps = [f.name for f in schema.fields if _is_timestamp(f.dataType)]
+    stamps = [f.name for f in schema.fields if holds_timestamps(f.dataType)]
     zone = spark.conf.get("spark.sql.session.timeZone") or ""
     if stamps and zone not in UTC_ZONES:
         raise DefinitionError.single(
             "stream", "source", f"{source} reads the timestamp columns {stamps} from text, "
             f"which Spark reads in the session time zone {zone}, not UTC",
             "set spark.sql.session.timeZone to UTC for the stream")
-    return StructType([StructField(f.name, StringType()) if _is_timestamp(f.dataType) else f
+    return StructType([StructField(f.name, _as_text(f.dataType), f.nullable)
                        for f in schema.fields])
 
 
@@ -85,6 +116,28 @@ def read_text(text: Column, data_type: DataType) -> Column:
             held, F.timestamp_millis(millis).try_cast(data_type))).otherwise(
             text.try_cast(data_type))
     return text.try_cast(data_type)
+
+
+def read_texts(value: Column, data_type: DataType) -> Column:
+    """Return a value of :func:`text_schema`'s type as ``data_type``.
+
+    Each timestamp in it, at any depth, is read by :func:`read_text`; the rest is unchanged.
+    """
+    if not holds_timestamps(data_type):
+        return value
+    if _is_timestamp(data_type):
+        return read_text(value, data_type)
+    if isinstance(data_type, StructType):
+        rebuilt = F.struct(*[read_texts(value.getField(f.name), f.dataType).alias(f.name)
+                             for f in data_type.fields])
+        return F.when(value.isNotNull(), rebuilt)
+    if isinstance(data_type, ArrayType):
+        element = data_type.elementType
+        return F.transform(value, lambda item: read_texts(item, element))
+    assert isinstance(data_type, MapType)
+    keys, values = data_type.keyType, data_type.valueType
+    value = F.transform_keys(value, lambda key, _: read_texts(key, keys))
+    return F.transform_values(value, lambda _, item: read_texts(item, values))
 
 
 @dataclass(frozen=True)
@@ -143,8 +196,7 @@ class FileSource:
             reader = reader.option("maxFilesPerTrigger", str(self.max_files_per_trigger))
         frame = reader.load(self.path)
         if self.format == "json":
-            frame = frame.select(*[read_text(F.col(f.name), f.dataType).alias(f.name)
-                                   if _is_timestamp(f.dataType) else F.col(f.name)
+            frame = frame.select(*[read_texts(F.col(quote(f.name)), f.dataType).alias(f.name)
                                    for f in wanted.fields], CORRUPT)
         return frame
 

@@ -53,7 +53,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from timetile.streaming.file_source import CORRUPT, read_text, text_schema
+from timetile.streaming.file_source import CORRUPT, read_text, read_texts, text_schema
 
 #: The name the data source is registered under.
 NAME = "timetile_redis_stream"
@@ -269,10 +269,8 @@ class RedisStreamSource:
                                                    StructField(CORRUPT, StringType())]),
                                  {"columnNameOfCorruptRecord": CORRUPT})
             event = raw.select(parsed.alias("_tt_event"), text.alias("_tt_text"))
-            return event.select(*[read_text(F.col("_tt_event").getField(f.name), f.dataType)
-                                  .alias(f.name) if read_as[f.name].dataType != f.dataType
-                                  else F.col("_tt_event").getField(f.name).alias(f.name)
-                                  for f in schema.fields],
+            return event.select(*[read_texts(F.col("_tt_event").getField(f.name), f.dataType)
+                                  .alias(f.name) for f in schema.fields],
                                 F.when(F.col("_tt_event").isNull(),
                                        F.coalesce(F.col("_tt_text"), F.lit("")))
                                 .otherwise(F.col("_tt_event").getField(CORRUPT)).alias(CORRUPT))

@@ -119,6 +119,22 @@ def decode_versioned(data: bytes, version: int, fields: int, what: str,
     return decoded[1:]
 
 
+def older_version(data: bytes, version: int) -> bool:
+    """Whether bytes :func:`encode` wrote as ``(v, ...)`` have a ``v`` below ``version``.
+
+    Such bytes were written by an earlier build. O(len(data)).
+
+    >>> older_version(encode((1, "a")), 2), older_version(encode((2, "a")), 2)
+    (True, False)
+    """
+    try:
+        decoded = decode(data)
+    except ValueError:
+        return False
+    return (isinstance(decoded, tuple) and bool(decoded) and isinstance(decoded[0], int)
+            and not isinstance(decoded[0], bool) and decoded[0] < version)
+
+
 def expect_int(value: Decoded, what: str) -> int:
     """Return ``value`` as an int (not a bool), or raise ValueError naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, int):
