@@ -5,22 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from pyspark.sql import SparkSession
-
 from timetile.api.errors import expect_argument
 from timetile.api.join import Join
 from timetile.core.locations import write_problem
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.offline.options import AUTO
-
-
-def check_session(spark: object) -> None:
-    """Refuse a ``spark`` that is no SparkSession (a Spark Connect session is one)."""
-    kind = type(spark)
-    if kind.__name__ == "SparkSession" and kind.__module__.startswith("pyspark.sql"):
-        return
-    expect_argument("spark", spark, SparkSession, "a SparkSession",
-                    "pass your session, or timetile.offline.session.local_session()")
+from timetile.spark.sources import check_session
 
 
 def check_arguments(join: object, spark: object, *, executor: object, strict: object,

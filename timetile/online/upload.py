@@ -51,7 +51,6 @@ from timetile.core.batch_record import (
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms, format_duration, ms_to_iso
 from timetile.core.windows import MAX_TIME, WindowKind
-from timetile.offline.arguments import check_session
 from timetile.online.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
 from timetile.online.layout import (
     META_TABLE,
@@ -69,7 +68,7 @@ from timetile.online.layout import (
 from timetile.online.store import absolute_uri, open_store
 from timetile.spark.entities import DAY, load_entity
 from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
-from timetile.spark.sources import TIME, coarse_schema, load_events
+from timetile.spark.sources import TIME, check_session, coarse_schema, load_events
 
 log = logging.getLogger(__name__)
 #: The coarse types an online key column may have (see ``layout.encode_key``).

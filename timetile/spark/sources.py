@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from timetile.api.errors import DefinitionError
+from timetile.api.errors import DefinitionError, expect_argument
 from timetile.api.schema import not_a_time
 from timetile.api.sources import EntitySource, EventSource, is_path
 from timetile.core.timeutil import DAY_MS
@@ -165,6 +165,15 @@ def _analyzed(frame: DataFrame, step: str, expression: str, field: str,
 
 #: Spark types a time column may have: epoch milliseconds, an instant, or ISO-8601 text.
 _TIME_TYPES = (T.LongType, T.TimestampType, T.TimestampNTZType, T.StringType)
+
+
+def check_session(spark: object) -> None:
+    """Refuse a ``spark`` that is no SparkSession (a Spark Connect session is one)."""
+    kind = type(spark)
+    if kind.__name__ == "SparkSession" and kind.__module__.startswith("pyspark.sql"):
+        return
+    expect_argument("spark", spark, SparkSession, "a SparkSession",
+                    "pass your session, or timetile.offline.session.local_session()")
 
 
 def check_time_column(spark: SparkSession, frame: DataFrame, column: str | None,
