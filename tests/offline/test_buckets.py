@@ -91,6 +91,21 @@ def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, oracle_rows: list
         map(repr, mismatches[:10]))
 
 
+def test_the_report_counts_rows_in_no_bucket(spark: Any, join: tt.Join) -> None:
+    events = join.parts[0].group_by.source.table
+    usable = events.where(F.col("ts").isNotNull() & F.col("user_id").isNotNull())
+    expected = {bucket: usable.where(F.col(bucket).isNull()).count()
+                for bucket in ("item", "parity")}
+    assert all(expected.values())  # the generator writes null buckets
+    job = tt.BackfillJob(join, spark)
+    (counts,) = [source for source in job.report.sources if source.role == "user"]
+    assert dict(counts.null_buckets) == expected
+    assert counts.left_out == counts.without_time + counts.without_key  # still used elsewhere
+    assert f"{expected['item']:,} with item null: in no bucket of it" in str(job.report)
+    (left,) = [source for source in job.report.sources if source.role == "left"]
+    assert dict(left.null_buckets) == {}
+
+
 def test_names_and_types(spark: Any, join: tt.Join) -> None:
     names = join.output_columns()
     assert names[:6] == [

@@ -51,6 +51,65 @@ def test_large_values(store: KVStore) -> None:
     assert store.get_tiles("big_tiles", [b"k"], 0, 1) == [[(0, b"m", big)]]
 
 
+def _count(data: bytes | None) -> bytes:
+    return str(int(data or b"0") + 1).encode()
+
+
+def test_update_reads_and_writes_one_record(store: KVStore) -> None:
+    assert store.update("counters", b"c", _count) == b"1"
+    assert store.update("counters", b"c", _count) == b"2"
+    store.multi_put("counters", [(b"d", b"41")])
+    assert store.update("counters", b"d", _count) == b"42"
+    assert store.multi_get("counters", [b"c", b"d"]) == [b"2", b"42"]
+    with pytest.raises(ValueError, match="empty"):
+        store.update("counters", b"", _count)
+
+
+def test_updates_side_by_side_never_take_the_same_number(store: KVStore) -> None:
+    """Threads counting one record: every number taken once, none lost.
+
+    A read, then a write (two calls) lets two threads read the same value; ``update`` must
+    not. The sleep inside ``change`` holds the window open so a racy store fails reliably.
+    """
+    taken: list[bytes] = []
+
+    def change(data: bytes | None) -> bytes:
+        time.sleep(0.001)
+        return _count(data)
+
+    def count() -> None:
+        taken.extend(store.update("counters", b"shared", change) for _ in range(15))
+
+    threads = [threading.Thread(target=count) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(int(n) for n in taken) == list(range(1, 61))
+    assert store.multi_get("counters", [b"shared"]) == [b"60"]
+
+
+def test_an_update_retries_over_a_write_between_its_read_and_its_write(
+        store: KVStore) -> None:
+    """Another writer changes the record while ``change`` runs: its write is not lost."""
+    calls: list[bytes | None] = []
+    writer = threading.Thread(target=lambda: store.multi_put("counters", [(b"raced", b"10")]))
+
+    def change(data: bytes | None) -> bytes:
+        calls.append(data)
+        if len(calls) == 1:  # another writer, from another thread, in the middle
+            writer.start()
+            writer.join(timeout=0.5)  # LMDB blocks it until this write commits
+        return _count(data)
+
+    assert store.update("counters", b"raced", change) in (b"1", b"11")
+    writer.join()
+    final = store.multi_get("counters", [b"raced"])[0]
+    # Either the other write came first and was counted on (a retry read 10), or it came
+    # after this update (LMDB serialises writers); never a count on a stale read overwriting it.
+    assert (calls, final) in (([None, b"10"], b"11"), ([None], b"10"))
+
+
 def test_put_replaces_and_empty_value(store: KVStore) -> None:
     store.multi_put("users", [(b"a", b"old"), (b"b", b"old")])
     store.multi_put("users", [(b"a", b"new"), (b"b", b"")])

@@ -275,6 +275,18 @@ def test_errors_name_the_logs(spark: SparkSession, served: Served, tmp_path: Pat
         consistency(served.join, spark, empty)
 
 
+def test_arguments_of_the_wrong_type_are_named(spark: SparkSession, served: Served) -> None:
+    group_by = served.join.parts[0].group_by
+    with pytest.raises(TypeError, match=r"GroupBy.*, not a tt\.Join\. Fix: pass the Join"):
+        consistency(group_by, spark, served.logs)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"logs_dir is None, not a folder. Fix: give a str"):
+        consistency(served.join, spark, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="output is 5, not a folder or None"):
+        consistency(served.join, spark, served.logs, output=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="spark"):
+        consistency(served.join, None, served.logs)  # type: ignore[arg-type]
+
+
 # --- the pieces -----------------------------------------------------------------------------
 
 

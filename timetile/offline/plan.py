@@ -222,6 +222,8 @@ class CountedSource:
         time: what ``placed`` checks, for the report (``time``, ``partition``…).
         integer_time: the time in epoch milliseconds when the source gives it as integers,
             which could be seconds by mistake: the count job finds its latest value.
+        buckets: the bucket columns of the GroupBy's aggregations: the count job counts the
+            usable rows whose bucket is null, which no bucketed feature holds.
 
     """
 
@@ -232,6 +234,7 @@ class CountedSource:
     placed: Column
     time: str = "time"
     integer_time: Column | None = None
+    buckets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -346,18 +349,22 @@ def _read_columns(tables: EntityTables, group_by: GroupBy) -> EntityTables:
 
 def _counted(group_by: GroupBy, frame: DataFrame | EntityTables) -> list[CountedSource]:
     keys, name, label = tuple(group_by.keys), group_by.name, group_by.source.label
+    buckets = tuple(dict.fromkeys(bucket for aggregation in group_by.aggregations or ()
+                                  for bucket in aggregation.buckets or ()))
     if not isinstance(frame, EntityTables):
         return [CountedSource(name, label, frame, keys, F.col(TIME).isNotNull(),
-                              integer_time=_integer_time(frame, group_by.time_column))]
+                              integer_time=_integer_time(frame, group_by.time_column),
+                              buckets=buckets)]
     counted = [CountedSource(name, label, frame.snapshots, keys, F.col(DAY).isNotNull(),
-                             "partition", _integer_time(frame.snapshots, group_by.time_column))]
+                             "partition", _integer_time(frame.snapshots, group_by.time_column),
+                             buckets)]
     if frame.mutations is not None:
         counted.append(CountedSource(
             f"{name} mutations", describe_table(frame.source.mutation_table), frame.mutations,
             keys,
             F.col(MUTATION_TIME).isNotNull() & F.col(IS_BEFORE).isNotNull(),
             "mutation time or is_before",
-            F.col(MUTATION_TIME) if frame.integer_mutation_times else None))
+            F.col(MUTATION_TIME) if frame.integer_mutation_times else None, buckets))
     return counted
 
 

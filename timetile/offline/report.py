@@ -31,6 +31,8 @@ class SourceCounts:
             (epoch milliseconds); None otherwise, or when no row has one.
         outside_range: of the left's timed rows, those outside the job's [start, end]: not
             asked for, so not returned (and not counted as left out).
+        null_buckets: per bucket column, the usable rows whose bucket is null: no bucketed
+            feature holds them (other features do, so they are not counted as left out).
 
     """
 
@@ -43,6 +45,7 @@ class SourceCounts:
     fullest_bucket: Mapping[tuple[str, ...], int] = field(default_factory=dict, hash=False)
     latest_integer_time: int | None = None
     outside_range: int = 0
+    null_buckets: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     @property
     def left_out(self) -> int:
@@ -102,6 +105,9 @@ class JobReport:
                 line += f", {source.without_key:,} left out: key null"
             if source.outside_range:
                 line += f", {source.outside_range:,} outside [start, end]: not returned"
+            for bucket, rows in source.null_buckets.items():
+                if rows:
+                    line += f", {rows:,} with {bucket} null: in no bucket of it"
             out.append(line)
         out += [f"  stage {name}: {seconds:.2f}s" for name, seconds in self.stage_seconds.items()]
         out += [f"  note: {note}" for note in self.notes]

@@ -43,10 +43,15 @@ def count_sources(plan: BackfillPlan, bounded: Mapping[int, Collection[tuple[str
                  integer_time.alias("_tt_integer_time")]
         asked = left_asked if index == 0 and left_asked is not None else F.lit(True)
         flags.append(asked.alias("_tt_asked"))
+        nulls = [f"null_bucket_{position}" for position in range(len(source.buckets))]
+        flags += [F.col(bucket).isNull().alias(f"_tt_{null}")
+                  for bucket, null in zip(source.buckets, nulls, strict=True)]
         placed, keyless = F.col("_tt_placed"), F.col("_tt_no_key")
         counts = [F.count(F.lit(1)).alias("rows"), F.count_if(~placed).alias("without_time"),
                   F.count_if(placed & keyless).alias("without_key"),
                   F.count_if(placed & ~F.col("_tt_asked")).alias("outside"),
+                  *[F.count_if(placed & ~keyless & F.col(f"_tt_{null}")).alias(null)
+                    for null in nulls],
                   F.max("_tt_integer_time").alias("latest")]
         tag = [F.lit(index).alias("source")]
         if not bounded.get(index):  # one aggregate: no shuffle of buckets
@@ -60,18 +65,20 @@ def count_sources(plan: BackfillPlan, bounded: Mapping[int, Collection[tuple[str
                 .agg(*counts, F.count_if(placed & ~keyless).alias("usable"))
                 .agg(*tag, F.lit(position).alias("keys"),
                      *[F.coalesce(F.sum(name), F.lit(0)).alias(name)  # 0, not null, if empty
-                       for name in ("rows", "without_time", "without_key", "outside")],
+                       for name in ("rows", "without_time", "without_key", "outside", *nulls)],
                      F.max("latest").alias("latest"), F.max("usable").alias("fullest")))
     union = tallies[0]
     for tally in tallies[1:]:
-        union = union.unionByName(tally)
+        union = union.unionByName(tally, allowMissingColumns=True)  # buckets differ
     rows = {(row["source"], row["keys"]): row for row in union.collect()}  # a few small rows
     found = []
     for index, source in enumerate(plan.counted):
         row = rows[(index, 0)]
         fullest = {keys: rows[(index, position)]["fullest"] or 0
                    for position, keys in enumerate(sorted(bounded.get(index, ())))}
+        null_buckets = {bucket: row[f"null_bucket_{position}"]
+                        for position, bucket in enumerate(source.buckets)}
         found.append(SourceCounts(source.role, source.label, row["rows"], row["without_time"],
                                   row["without_key"], source.time, fullest, row["latest"],
-                                  row["outside"]))
+                                  row["outside"], null_buckets))
     return found

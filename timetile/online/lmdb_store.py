@@ -334,6 +334,24 @@ class LmdbStore(KVStore):
 
         self._write(b"r:" + check_table(table).encode(), work)
 
+    def update(self, table: str, key: bytes,
+               change: Callable[[bytes | None], bytes]) -> bytes:
+        """Replace one record by ``change(value)`` in one write transaction; return it.
+
+        LMDB runs one write transaction at a time, across processes too, so no other write
+        falls between the read and the write. ``change`` runs again if the map grows.
+        """
+        self._check_key(key, self.max_key_size)
+        written: list[bytes] = []
+
+        def work(txn: Any, db: Any) -> None:
+            value = change(txn.get(key, db=db))
+            txn.put(key, value, db=db)
+            written[:] = [value]
+
+        self._write(b"r:" + check_table(table).encode(), work)
+        return written[0]
+
     def put_tiles(self, table: str, items: Iterable[tuple[bytes, int, bytes, bytes]]) -> None:
         """Write (key, tile start, member, value) entries in one write transaction."""
         rows = []

@@ -37,7 +37,7 @@ fix. The parser is hiredis when it is installed (redis-py picks it itself).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import cast
 
@@ -144,6 +144,25 @@ class RedisStore(KVStore):
             for name, value in pairs:
                 pipe.set(name, value)
             pipe.execute()
+
+    def update(self, table: str, key: bytes,
+               change: Callable[[bytes | None], bytes]) -> bytes:
+        """Replace one record by ``change(value)``: ``WATCH``, ``GET``, then ``MULTI``/``EXEC``.
+
+        ``EXEC`` fails when another client wrote the record after the ``WATCH``; redis-py
+        then runs the whole again, ``change`` included, until one goes through.
+        """
+        name = self._name(table, b":r:", _nonempty(key))
+        written: list[bytes] = []
+
+        def attempt(pipe: redis.client.Pipeline) -> None:
+            written[:] = [change(cast("bytes | None", pipe.get(name)))]
+            pipe.multi()
+            pipe.set(name, written[0])
+
+        with self._guard() as client:
+            client.transaction(attempt, name)
+        return written[0]
 
     def put_tiles(self, table: str, items: Iterable[tuple[bytes, int, bytes, bytes]]) -> None:
         """Write (key, tile start, member, value) entries in one ``MULTI``/``EXEC``.

@@ -21,7 +21,7 @@ import os
 import re
 import urllib.parse
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -45,6 +45,17 @@ class KVStore(ABC):
     @abstractmethod
     def multi_put(self, table: str, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Write (key, value) pairs, replacing what is there (atomic per call where possible)."""
+
+    @abstractmethod
+    def update(self, table: str, key: bytes,
+               change: Callable[[bytes | None], bytes]) -> bytes:
+        """Replace one record by ``change(its value, None if none)`` atomically; return it.
+
+        No other write of the record falls between the read and the write, from any thread
+        or process: two updates of a counter never take the same number. ``change`` may run
+        more than once (a store retries when the record changed under it), so it must
+        depend on its argument alone. One round trip or transaction, plus one per retry.
+        """
 
     @abstractmethod
     def put_tiles(self, table: str, items: Iterable[tuple[bytes, int, bytes, bytes]]) -> None:

@@ -380,14 +380,19 @@ def _next_generation(store_uri: str, name: str, stored: GroupByMeta | None) -> i
 
     Above the served upload's and every upload started before, finished or not
     (:data:`UPLOAD_TABLE`), so the records of keys this upload does not rewrite, a day
-    uploaded again included, read as empty once it is served. O(1).
+    uploaded again included, read as empty once it is served. Taken atomically
+    (:meth:`~timetile.online.store.KVStore.update`): uploads run side by side never share
+    one. O(1).
     """
-    with open_store(store_uri) as store:
-        data = store.multi_get(UPLOAD_TABLE, [name.encode()])[0]
+    served = 0 if stored is None else stored.generation
+
+    def take(data: bytes | None) -> bytes:
         started = 0 if data is None else expect_int(decode(data), "upload generation")
-        generation = max(started, 0 if stored is None else stored.generation) + 1
-        store.multi_put(UPLOAD_TABLE, [(name.encode(), encode(generation))])
-    return generation
+        return encode(max(started, served) + 1)
+
+    with open_store(store_uri) as store:
+        return expect_int(decode(store.update(UPLOAD_TABLE, name.encode(), take)),
+                          "upload generation")
 
 
 def _reset_stream(store_uri: str, name: str) -> None:

@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from timetile.api.errors import expect_argument
 from timetile.api.join import Join, JoinPart
 from timetile.api.sources import EventSource
 from timetile.core.aggregators.sketches import KLL_RANK_ERROR
@@ -49,7 +50,7 @@ from timetile.core.timeutil import HOUR_MS
 from timetile.offline.backfill import backfill
 from timetile.online.response_log import SCHEMA
 from timetile.progress import JobProgress
-from timetile.spark.sources import load, load_events
+from timetile.spark.sources import check_session, load, load_events
 from timetile.testing import percentile_rank_bounds
 from timetile.verify.compare import COMPARED_SCHEMA, Comparer, FeatureSpec
 from timetile.verify.report_html import render_report
@@ -98,8 +99,10 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
         ConsistencyError: no logs for the Join, unreadable log files, or a key column the
             left source does not have.
         DefinitionError: the definition cannot work against the sources.
+        TypeError: an argument of the wrong type, named with the fix.
 
     """
+    _check_arguments(join, spark, logs_dir, output, progress)
     stage: Callable[[str], AbstractContextManager[Any]] = (
         progress.stage if progress is not None else lambda _: nullcontext())
     path = logs_path(logs_dir, join.name)
@@ -130,6 +133,21 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
     finally:
         if compared is not None:
             compared.unpersist()
+
+
+def _check_arguments(join: object, spark: object, logs_dir: object, output: object,
+                     progress: object) -> None:
+    """Refuse arguments of the wrong type, each named with its fix, before any job."""
+    expect_argument("join", join, Join, "a tt.Join",
+                    "pass the Join whose responses were logged; a GroupBy is served and "
+                    "logged as a part of one")
+    check_session(spark)
+    folder = "give a str or a pathlib.Path"
+    expect_argument("logs_dir", logs_dir, (str, os.PathLike), "a folder", folder)
+    expect_argument("output", output, (str, os.PathLike, type(None)), "a folder or None",
+                    folder)
+    expect_argument("progress", progress, (JobProgress, type(None)), "a JobProgress or None",
+                    "pass timetile.progress.JobProgress(...) or leave it out")
 
 
 # --- reading the logs -----------------------------------------------------------------------
