@@ -230,6 +230,10 @@ class TestJoin:
             tt.Join("m", tt.EventSource("checkouts"), [])
         with raises(r"parts\[0\]: 'x' is not a GroupBy"):
             tt.Join("m", tt.EventSource("checkouts"), ["x"])  # type: ignore[list-item]
+        for unordered in ({views_group_by()}, (part for part in [views_group_by()])):
+            with raises("parts: .* is not a list. Fix: give parts=.*its order orders the output"):
+                tt.Join("m", tt.EventSource("checkouts"), unordered)  # type: ignore[arg-type]
+        assert tt.Join("m", tt.EventSource("checkouts"), (views_group_by(),)).parts
 
 
 class TestSchemaChecks:

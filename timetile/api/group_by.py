@@ -47,7 +47,8 @@ class GroupBy:
     Args:
         name: explicit and unique within a Join; it prefixes every output column.
         source: an :class:`EventSource` or an :class:`EntitySource`.
-        keys: the columns that identify an entity (``["user_id"]``).
+        keys: the columns that identify an entity (``["user_id"]``), in order; one name
+            alone (``"user_id"``) is one key.
         aggregations: what to compute. Every aggregation, column and window of a GroupBy
             is computed in one pass over the source. None on an :class:`EntitySource`
             makes a lookup: the source's ``select`` (required) names the columns, and each

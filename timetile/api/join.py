@@ -135,6 +135,10 @@ class Join:
         if isinstance(self.parts, (GroupBy, JoinPart)) or not self.parts:
             raise DefinitionError.single(subject, "parts", "needs a non-empty list",
                                          "give parts=[group_by, ...]")
+        if isinstance(self.parts, str) or not isinstance(self.parts, Sequence):
+            raise DefinitionError.single(  # a set's order, hence the columns', is not fixed
+                subject, "parts", f"{self.parts!r} is not a list",
+                "give parts=[group_by, ...], a list: its order orders the output columns")
         parts: list[JoinPart] = []
         for index, given in enumerate(self.parts):
             part = JoinPart(given) if isinstance(given, GroupBy) else given
