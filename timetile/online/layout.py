@@ -5,7 +5,7 @@ Per GroupBy ``g``, a store holds:
 ========================  ======================================================
 table ``tt_meta``         key ``g``: the upload's metadata (:class:`GroupByMeta`)
 table ``tt_upload``       key ``g``: the generation of the last upload started, an
-                          encoded int (:data:`UPLOAD_TABLE`)
+                          encoded int, taken by :meth:`KVStore.update` (:data:`UPLOAD_TABLE`)
 table ``tt_batch.g``      key: the entity key (:func:`encode_key`); value: its batch
                           record (:mod:`timetile.core.batch_record`), or for an entity
                           source the key's rows (:mod:`timetile.online.entity_records`)
