@@ -107,15 +107,24 @@ def test_restart_after_a_crash_ends_as_if_never_stopped(
     assert third.batches == []
 
 
+@pytest.mark.parametrize("change", ["an aggregation added", "the source's where"])
 def test_a_changed_definition_resets_the_stream(
-        world: World, spark: Any, tmp_path: Path) -> None:
+        world: World, spark: Any, tmp_path: Path, change: str) -> None:
     """Uploading a changed GroupBy drops the tiles streamed under the old one, refuses the old
-    stream, and a stream from a new checkpoint refills them: fetches equal the backfill."""
+    stream, and a stream from a new checkpoint refills them: fetches equal the backfill.
+
+    A changed ``where`` changes which events the tiles hold, though no feature changed: the
+    tiles of the old one would be served as the new one's (they were, before the signature
+    held the source's filters)."""
     uri = world.store(tmp_path / "store")
     run(world, spark, uri, tmp_path / "checkpoint").await_termination()
     old = world.group_by
-    new = tt.GroupBy(old.name, old.source, list(old.keys), [
-        *(old.aggregations or ()), tt.Aggregation("amount", "max", windows=["3h"])])
+    if change == "an aggregation added":
+        new = tt.GroupBy(old.name, old.source, list(old.keys), [
+            *(old.aggregations or ()), tt.Aggregation("amount", "max", windows=["3h"])])
+    else:
+        assert isinstance(old.source, tt.EventSource)
+        new = replace(old, source=replace(old.source, where="amount IS NULL OR amount < 0"))
     assert any(all_tiles(uri, old))
     upload(new, spark, DS, uri)
     assert not any(all_tiles(uri, new))
@@ -131,7 +140,10 @@ def test_a_changed_definition_resets_the_stream(
     stream = stream_group_by(new, spark, source, uri, str(tmp_path / "new-checkpoint"),
                              until_idle=True)
     stream.await_termination()
-    assert stream.totals.written == world.usable
+    if change == "an aggregation added":
+        assert stream.totals.written == world.usable
+    else:  # the stream reads only the events the new where keeps
+        assert 0 < stream.totals.written < world.usable
     join = tt.Join("online", world.join.left, [new])
     truth = {(row["user_id"], row["ts"]): row for row in tt.backfill(join, spark).collect()}
     with open_store(uri) as store:
@@ -198,6 +210,8 @@ def test_a_line_with_a_value_of_the_wrong_type_is_unusable(
         lines.write('{"user_id": 1, "amount": 2.0, "ts": 17\n')  # cut short
     group_by = world.group_by if where is None else replace(
         world.group_by, source=replace(world.group_by.source, where=where))
+    if where is not None:  # the store must hold the definition the stream writes
+        upload(group_by, spark, DS, uri)
     stream = stream_group_by(group_by, spark, FileSource(str(files[0].parent)), uri,
                              str(tmp_path / "checkpoint"), until_idle=True)
     stream.await_termination()

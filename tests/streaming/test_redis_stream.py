@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 import redis
-from stream_helpers import World, mismatches
+from stream_helpers import DS, World, mismatches
 
+from timetile.online.upload import upload
 from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.streaming.redis_source import RedisStreamSource
 from timetile.streaming.sources import parse_source
@@ -98,10 +99,12 @@ def test_entries_that_cannot_be_read_whole_are_unusable(world: World, spark: Any
             client.xadd(key, fields)
     group_by = world.group_by if where is None else replace(
         world.group_by, source=replace(world.group_by.source, where=where))
+    uri = world.store(tmp_path / "store")
+    if where is not None:  # the store must hold the definition the stream writes
+        upload(group_by, spark, DS, uri)
     stream = stream_group_by(group_by, spark,
                              parse_source(f"{redis_url}?stream={key}&layout={layout}"),
-                             world.store(tmp_path / "store"), str(tmp_path / "checkpoint"),
-                             until_idle=True)
+                             uri, str(tmp_path / "checkpoint"), until_idle=True)
     stream.await_termination()
     assert (stream.totals.written, stream.totals.unusable) == (2, len(bad))
 

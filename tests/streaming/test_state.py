@@ -86,6 +86,20 @@ def test_another_query_or_an_older_checkpoint_is_refused(tmp_path: Path) -> None
     store.close()
 
 
+def test_a_store_older_than_the_checkpoint_is_refused() -> None:
+    """A store made anew, or restored from a copy, under a checkpoint that streamed on: the
+    batches between were committed by Spark and would never be read again (they were lost
+    with a warning before)."""
+    state = StreamState("q1", 3, 500, 900, StreamCounts(written=4), StreamCounts(written=1))
+    with pytest.raises(StreamOwnershipError, match=r"record is of batch 3 of query q1, but the "
+                       r"checkpoint asks for batch 5.*Fix: restart the stream from a new"):
+        begin(state, "g", "q1", 5, LATENESS)
+    with pytest.raises(StreamOwnershipError, match=r"no stream record in this store, but this "
+                       r"checkpoint has streamed 2 micro-batches.*Fix: restart the stream"):
+        begin(None, "g", "q1", 2, LATENESS)
+    assert begin(None, "g", "q1", 0, LATENESS) == (None, StreamCounts())
+
+
 def test_after_a_reset_only_a_new_checkpoint_may_stream(tmp_path: Path) -> None:
     """An upload of a changed definition drops the tiles: an old checkpoint would skip events."""
     store = LmdbStore(tmp_path / "store")

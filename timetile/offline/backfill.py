@@ -525,6 +525,10 @@ def backfill(
     an event at or after ``q``. Rows that cannot be used (null time, null key) are counted
     and logged; see :class:`BackfillJob` for the report.
 
+    A part on the tiled executor caches a stage of its pass for the session's life: a
+    long-lived session running many backfills uses :class:`BackfillJob` and calls its
+    :meth:`~BackfillJob.release` after each write.
+
     Args:
         join: the definition.
         spark: the session.

@@ -185,8 +185,9 @@ class Fetcher:
                 raise NotUploadedError(f"GroupBy {name}: {error}") from None
             if meta.signature != feature_signature(group_bys[name]):
                 raise NotUploadedError(
-                    f"GroupBy {name} changed since its upload (features, keys or accuracy "
-                    f"differ from what the store holds). Fix: run `timetile upload` for it")
+                    f"GroupBy {name} changed since its upload (features, keys, accuracy "
+                    f"or the source's where, select or time columns differ from the "
+                    f"upload's). Fix: run `timetile upload` for it")
             group_by = group_bys[name]
             if meta.row_columns:
                 entity = EntityServing.of(group_by, meta)

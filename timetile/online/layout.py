@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timetile.api.group_by import GroupBy
+from timetile.api.sources import EventSource
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.aggregators.bucketed import bucketed_dtype
@@ -146,13 +147,23 @@ def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[
 
 
 def feature_signature(group_by: GroupBy) -> str:
-    """Return a digest of what a GroupBy's records hold: its source kind, keys, floors, features.
+    """Return a digest of what a GroupBy's records and tiles hold.
 
-    Upload stores it; a fetcher compares it with its own definition's, so a definition
-    changed since the upload (a window added, a column dropped) is refused, not served wrong.
+    Its features, keys and floors, and which rows of its source it reads and how it places
+    them in time: the source's kind, ``where``, ``select`` and time columns (not the table:
+    moving a table is no change of definition). Upload stores it; a fetcher and a stream
+    compare it with their own definition's, so a definition changed since the upload (a
+    window added, a ``where`` changed) is refused, not served wrong, and an upload of a
+    changed definition drops the tiles streamed under the old one.
     """
-    parts = [group_by.name, type(group_by.source).__name__, repr(tuple(group_by.keys)),
-             repr(group_by.floors), repr(group_by.lookup_columns)]
+    source = group_by.source
+    placed: tuple[object, ...] = (
+        (source.time_column, source.period) if isinstance(source, EventSource) else
+        (source.time_column, source.mutation_time_column, source.is_before_column,
+         source.partition_column, source.mutation_table is None))
+    parts = [group_by.name, type(source).__name__, repr(tuple(group_by.keys)),
+             repr(group_by.floors), repr(group_by.lookup_columns),
+             repr((source.filters, source.projection, placed))]
     parts.extend(repr((a.column, a.op, a.k, a.percentiles, a.buckets,
                        [None if w is None else w.name for w in a.window_list]))
                  for a in group_by.aggregations or ())

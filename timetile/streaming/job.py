@@ -217,8 +217,9 @@ class TileStream:
         if meta.signature != feature_signature(self.group_by):
             raise StreamOwnershipError(
                 f"GroupBy {name!r} was uploaded with another definition than this stream's "
-                "(its aggregations, windows or columns differ), so its tiles would hold series "
-                "the fetchers do not read, or lack some they do. Fix: upload these definitions "
+                "(its aggregations, windows, columns, or its source's where, select or time "
+                "columns differ), so its tiles would hold series or rows the fetchers do not "
+                "read, or lack some they do. Fix: upload these definitions "
                 "(which resets the stream), then restart the stream from a new checkpoint")
         watermark, before = begin(previous, name, query_id, batch_id, self.lateness_ms)
         writer = stream_writer(self.group_by, meta)

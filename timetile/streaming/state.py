@@ -15,14 +15,11 @@ writing into the same tiles would overwrite some and double count others. It is 
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, fields
 
 from timetile.core.aggregators.codec import decode_versioned, encode
 from timetile.online.layout import STREAM_RESET, STREAM_TABLE
 from timetile.online.store import KVStore
-
-log = logging.getLogger(__name__)
 
 _VERSION = 1
 
@@ -141,8 +138,8 @@ def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int
     """Return (watermark, counts before it) for micro-batch ``batch``, replays included.
 
     A replay of the recorded batch gets the recorded answer; the next batch gets the
-    watermark advanced by the recorded batch. Without a record (a new stream, or a new store
-    under an old checkpoint) there is no watermark yet. O(1).
+    watermark advanced by the recorded batch. Without a record (a new stream) there is no
+    watermark yet. O(1).
 
     >>> first = StreamState("q", 0, None, 10_000, StreamCounts(), StreamCounts(written=5))
     >>> begin(first, "g", "q", 1, 3_000), begin(first, "g", "q", 0, 3_000)
@@ -151,7 +148,9 @@ def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int
 
     Raises:
         StreamOwnershipError: the record belongs to another query, or to a later batch of
-            this one (the checkpoint is older than the store: restored from a copy).
+            this one (the checkpoint is older than the store: restored from a copy); or to
+            an earlier batch than the one before, or there is none past batch 0 (the store
+            is older than the checkpoint, or new: the batches between would be lost).
 
     """
     if previous is RESET:
@@ -163,9 +162,13 @@ def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int
                 "restart the stream from a new checkpoint: it replays the landed events")
         return None, StreamCounts()
     if previous is None:
-        if batch > 0:
-            log.warning("stream %s: no stream record for batch %d in this store; starting "
-                        "without a watermark", group_by, batch)
+        if batch > 0:  # the record is written before Spark commits a batch: a new store
+            raise StreamOwnershipError(
+                f"GroupBy {group_by!r} has no stream record in this store, but this "
+                f"checkpoint has streamed {batch} micro-batches already: the store was made "
+                "anew or restored from a copy, and the events of those batches would never "
+                "reach it. Fix: restart the stream from a new checkpoint (it replays the "
+                "landed events), or use the store this checkpoint wrote")
         return None, StreamCounts()
     if previous.query_id != query_id:
         raise StreamOwnershipError(
@@ -182,9 +185,12 @@ def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int
             "than the store. Fix: restart with the checkpoint that wrote the store, or stream "
             "into a fresh store")
     if previous.batch < batch - 1:
-        log.warning("stream %s: the store's record is of batch %d, the checkpoint's next is "
-                    "%d; counts of the batches between are missing", group_by, previous.batch,
-                    batch)
+        raise StreamOwnershipError(
+            f"GroupBy {group_by!r}: this store's stream record is of batch {previous.batch} "
+            f"of query {query_id}, but the checkpoint asks for batch {batch}: the store is "
+            "older than the checkpoint (restored from a copy), and the events of the batches "
+            "between would never reach it. Fix: restart the stream from a new checkpoint (it "
+            "replays the landed events), or use the store this checkpoint wrote")
     return advance(previous.watermark, previous.max_time, lateness_ms), previous.totals
 
 
