@@ -29,7 +29,6 @@ import typer
 
 from timetile import __version__, cli_online, examples
 from timetile.api.join import Join
-from timetile.api.sources import is_path
 from timetile.cli_common import (
     USAGE_ERROR,
     CliError,
@@ -137,11 +136,7 @@ def _check_not_an_input(output: str, join: Join) -> None:
 
     With --overwrite, Spark would replace the input with the features computed from it.
     """
-    sources = [join.left, *(part.group_by.source for part in join.join_parts)]
-    tables = [getattr(source, name, None) for source in sources
-              for name in ("table", "snapshot_table", "mutation_table")]
-    read = overlapping(output, [table for table in tables
-                                if isinstance(table, str) and is_path(table)])
+    read = overlapping(output, list(join.paths_read))
     if read is not None:
         raise CliError(f"--output {output}: the Join {join.name!r} reads {read}, which writing "
                        "there would replace. Fix: write the output to another folder.")

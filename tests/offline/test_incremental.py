@@ -67,7 +67,7 @@ def test_a_changed_filter_never_reads_stale_partials(spark: Any, tmp_path: Path)
     assert outputs[0] != outputs[1]
 
 
-def test_a_rerun_rewrites_and_never_double_counts(spark: Any, tmp_path: Path) -> None:
+def test_a_rerun_reuses_and_never_double_counts(spark: Any, tmp_path: Path) -> None:
     events_table = random_events(200, 4, seed=5, days=2)
     events = to_spark(spark, events_table)
     queries = tt.EventSource(to_spark(spark, random_queries(events_table, 40, seed=6)))
@@ -188,6 +188,55 @@ def test_a_partials_path_that_cannot_work_is_refused(spark: Any, tmp_path: Path,
     join = tt.Join("bad", tt.EventSource(events.drop("amount")), [group_by])
     with pytest.raises(ValueError, match=match):
         tt.BackfillJob(join, spark, partials_path=location)  # type: ignore[arg-type]
+
+
+def test_partials_that_cannot_be_stored_are_refused_before_any_job(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    """Inside a table the Join reads (it broke that table for every later read), or for
+    windows with no hop or one that does not divide a day (refused late, with a fix that
+    could not work: 'use executor auto or interval_tree')."""
+    events = spark.createDataFrame([(1, 10, 1.0)], "user_id long, ts long, amount double")
+    events.write.parquet(str(tmp_path / "events"))
+    left = tt.EventSource(events.drop("amount"))
+
+    def job(windows: list[Any], path: Path) -> tt.BackfillJob:
+        group_by = tt.GroupBy("spend", tt.EventSource(str(tmp_path / "events")), ["user_id"],
+                              [tt.Aggregation("amount", "sum", windows=windows)])
+        return tt.BackfillJob(tt.Join("bad", left, [group_by]), spark,
+                              partials_path=str(path))
+
+    with pytest.raises(ValueError, match=r"partials_path .*events/partials: the Join 'bad' "
+                       r"reads .*events, which .*Fix: keep the partials in a folder of their"):
+        job(["1d"], tmp_path / "events" / "partials")
+    assert not (tmp_path / "events" / "partials").exists()
+    for window, why in [(tt.Window(1000, hop=700), "hop is 700 ms, which does not divide"),
+                        (tt.Window(1), "leaves sliding windows of \\[1\\] ms without whole")]:
+        with pytest.raises(ValueError, match=f"partials_path cannot serve Join 'bad': GroupBy "
+                           f"'spend': .*{why}.*Fix: backfill without partials_path"):
+            job([window], tmp_path / "partials")
+
+
+def test_stored_days_are_found_without_partition_type_inference(spark: Any,
+                                                                tmp_path: Path) -> None:
+    """The day column then reads back as text: no day was ever found, every run recomputed
+    and overwrote them all."""
+    events_table = random_events(100, 3, seed=8, days=3)
+    events = to_spark(spark, events_table)
+    queries = tt.EventSource(to_spark(spark, random_queries(events_table, 20, seed=9)))
+    join = tt.Join("texts", queries, [tt.GroupBy("spend", tt.EventSource(events), ["user_id"],
+                                                 AGGREGATIONS)])
+    setting = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    spark.conf.set(setting, "false")
+    try:
+        store = str(tmp_path / "partials")
+        first = tt.BackfillJob(join, spark, partials_path=store)
+        first_rows = rows(first.dataframe())
+        second = tt.BackfillJob(join, spark, partials_path=store)
+        assert rows(second.dataframe()) == first_rows
+    finally:
+        spark.conf.unset(setting)
+    (note,) = [note for note in second.report.notes if "hop partials" in note]
+    assert note.startswith("spend: hop partials of 2 days reused, 0 computed"), note
 
 
 def test_a_table_is_known_by_what_it_names_not_how_it_is_written(spark: Any,

@@ -9,7 +9,7 @@ from typing import Any
 
 from timetile.api.errors import DefinitionError, Problem
 from timetile.api.group_by import GroupBy, check_name
-from timetile.api.sources import EntitySource, EventSource
+from timetile.api.sources import EntitySource, EventSource, is_path
 
 #: The key of ``Join.derivations`` (and its only value) that keeps every feature column.
 KEEP_FEATURES = "*"
@@ -159,6 +159,19 @@ class Join:
     def join_parts(self) -> tuple[JoinPart, ...]:
         """The parts, each normalized to a :class:`JoinPart`."""
         return self.parts  # type: ignore[return-value]
+
+    @property
+    def paths_read(self) -> tuple[str, ...]:
+        """The tables the Join reads that are paths (not table names nor DataFrames), in order.
+
+        Its left's, then each part's source's: events, snapshots and mutations. A job's
+        output or stored partials must lie outside them.
+        """
+        sources = [self.left, *(part.group_by.source for part in self.join_parts)]
+        tables = [getattr(source, name, None) for source in sources
+                  for name in ("table", "snapshot_table", "mutation_table")]
+        return tuple(dict.fromkeys(table for table in tables
+                                   if isinstance(table, str) and is_path(table)))
 
     @property
     def derivation_items(self) -> tuple[tuple[str, str], ...]:

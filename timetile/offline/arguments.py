@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from timetile.api.errors import expect_argument
 from timetile.api.join import Join
-from timetile.core.locations import write_problem
+from timetile.core.locations import overlapping, write_problem
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.offline.options import AUTO
 from timetile.spark.sources import check_session
@@ -42,8 +42,12 @@ def _day_ms(name: str, day: str) -> int:
                          "2024-01-31") from None
 
 
-def partials_location(location: object) -> str:
-    """Return ``partials_path`` as a string, or raise naming it when it cannot be written."""
+def partials_location(location: object, join: Join) -> str:
+    """Return ``partials_path`` as a string, or raise naming it when it cannot be written.
+
+    It may not be, hold or lie in a path ``join`` reads: Spark would read the partials as
+    rows of that table, or fail to read it at all.
+    """
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
     if not isinstance(location, str) or not location.strip():
@@ -52,6 +56,11 @@ def partials_location(location: object) -> str:
     problem = write_problem(location)
     if problem is not None:
         raise ValueError(f"partials_path {location}: {problem}")
+    read = overlapping(location, list(join.paths_read))
+    if read is not None:
+        raise ValueError(f"partials_path {location}: the Join {join.name!r} reads {read}, "
+                         "which stored partials there would break. Fix: keep the partials "
+                         "in a folder of their own")
     return location
 
 

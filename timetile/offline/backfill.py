@@ -52,7 +52,7 @@ from timetile.offline.report import BadInputError, JobReport
 from timetile.offline.result_types import arrow_schema
 from timetile.offline.source_counts import count_sources
 from timetile.offline.sweep_executor import sweep_features, sweepable, sweeps
-from timetile.offline.tiled_executor import tileable, tiled_features
+from timetile.offline.tiled_executor import partials_problem, tileable, tiled_features
 from timetile.spark.entities import DAY
 from timetile.spark.sources import TIME, quote
 
@@ -126,7 +126,7 @@ class BackfillJob:
                 or max_key_events < 1:
             raise ValueError(f"max_key_events is {max_key_events!r}: give a positive int")
         if partials_path is not None:
-            partials_path = partials_location(partials_path)
+            partials_path = partials_location(partials_path, join)
         if partials_path is not None and executor == AUTO:
             executor = "tiled"
         if partials_path is not None and executor != "tiled":
@@ -146,6 +146,8 @@ class BackfillJob:
         with self.report.stage("plan"):
             self.plan: BackfillPlan = plan_backfill(join, spark)
             check_plan(self.plan)  # derivations, against the real schemas
+        if partials_path is not None:
+            _check_partials(self.plan)
         if self.plan.entity_left and self.range_ms is not None:  # a left row is its day's end
             self.range_ms = (shifted(self.range_ms[0]), shifted(self.range_ms[1]))
         self.options = replace(self.options, landed_before=self._events_before())
@@ -468,6 +470,17 @@ class BackfillJob:
         other = "interval_tree" if small else "tiled" if tileable(part) else "reference"
         swept = sum(sweeps(feature) for feature in part.features)
         return f"sweep+{other}" if swept >= len(part.features) - swept else other
+
+
+def _check_partials(plan: BackfillPlan) -> None:
+    """Refuse ``partials_path`` for a part whose partials cannot be stored, before any job."""
+    problems = [problem for part in plan.parts if isinstance(part, PartPlan)
+                for problem in [partials_problem(part)] if problem is not None]
+    if problems:
+        raise ValueError(f"partials_path cannot serve Join {plan.join.name!r}: "
+                         f"{'; '.join(problems)}. Fix: backfill without partials_path, or "
+                         "give that GroupBy hops that divide a day (1m, 1h, 6h, 1d) and no 1 ms "
+                         "sliding window")
 
 
 def _pieces(part: PartPlan, path: str) -> list[tuple[PartPlan, str]]:

@@ -5,9 +5,10 @@ events is immutable once it has landed, so a day's partials, once computed, hold
 later backfill of the same definition. They are stored as Parquet under
 ``{root}/{group_by}/{signature}/epoch_day=N`` where the signature hashes what the partials
 depend on (the hop size, the aggregations, and the source's table, time column, ``select``
-and ``where``), so a changed definition never reads stale partials. Writes overwrite whole
-days (dynamic partition overwrite), so a re-run of the same range rewrites and never double
-counts.
+and ``where``), so a changed definition never reads stale partials. A run writes only the
+days the store lacks, each whole (dynamic partition overwrite), so a day written twice (two
+runs at once) never double counts. A stored day is never rewritten: a day whose events
+changed after it was stored needs its ``epoch_day`` folders deleted.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class PartialStore:
             frame = spark.read.parquet(self.location)
         except AnalysisException:  # nothing stored yet
             return set()
-        return {row[0] for row in frame.select(EPOCH_DAY).distinct().collect()}
+        # int(): the day reads back as text when the session infers no partition types
+        return {int(row[0]) for row in frame.select(EPOCH_DAY).distinct().collect()}
 
     def write(self, partials: DataFrame) -> None:
         """Write partials (with an :data:`EPOCH_DAY` column), replacing the days they cover.

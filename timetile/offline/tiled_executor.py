@@ -164,6 +164,23 @@ def tileable(plan: PartPlan) -> bool:
         return False
 
 
+def partials_problem(plan: PartPlan) -> str | None:
+    """Say why ``plan``'s hop partials cannot be stored (None when they can).
+
+    A stored day holds whole hops, so the tiled pass must have a hop, and one that divides a
+    day. No job runs.
+    """
+    name = plan.part.group_by.name
+    try:
+        hop = TiledLayout.of(plan).hop_ms
+    except ValueError as error:
+        return f"GroupBy {name!r}: {str(error).split(':')[0]}"
+    if DAY_MS % hop:
+        return (f"GroupBy {name!r}: its windows' hop is {hop:,} ms, which does not divide a "
+                "day, and a stored day must hold whole hops")
+    return None
+
+
 def _floor(column: Column, hop: int) -> Column:
     """Round down to a multiple of ``hop``.
 
@@ -409,9 +426,7 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
     by ``options.landed_before`` (without it: the days before the latest event's) are stored;
     a later day may still be landing, so its partials serve this run only.
     """
-    if DAY_MS % layout.hop_ms:
-        raise ValueError(f"stored partials need a hop that divides a day, and the windows of "
-                         f"{plan.part.group_by.name} give {layout.hop_ms} ms")
+    assert partials_problem(plan) is None, "BackfillJob checks it before any job"
     assert options.partials_path is not None
     name = plan.part.group_by.name
     spark = events.sparkSession
