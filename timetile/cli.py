@@ -229,7 +229,7 @@ def backfill(
     ] = DEFAULT_EXECUTOR,
     partials: Annotated[str | None, typer.Option(
         help="Store hop partials here and reuse them in later runs (incremental backfills). "
-             "Runs every part on the tiled executor.")
+             "Runs every event part on the tiled executor (entity parts on their own).")
     ] = None,
     max_key_events: Annotated[int, typer.Option(
         help="The sweep cuts a key with more rows than this (its events and left rows) into "
