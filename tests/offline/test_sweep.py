@@ -90,6 +90,19 @@ def test_huge_integers_sum_exactly(spark: Any) -> None:
     assert rows[5]["s_quantity_min"] == -big
 
 
+def test_an_integer_sum_past_int64_is_refused_by_name(spark: Any) -> None:
+    """As Spark SQL's ARITHMETIC_OVERFLOW; it was a bare OverflowError from pyarrow."""
+    events = spark.createDataFrame([(1, 1, 2**62), (1, 2, 2**62)],
+                                   "user_id long, ts long, quantity long")
+    queries = spark.createDataFrame([(1, 3)], "user_id long, ts long")
+    group_by = tt.GroupBy("s", tt.EventSource(events), ["user_id"],
+                          [tt.Aggregation("quantity", "sum", windows=["1d"])])
+    join = tt.Join("big", tt.EventSource(queries), [group_by])
+    with pytest.raises(Exception, match=r"s_quantity_sum_1d: a window's sum of the integer "
+                       r"column 'quantity' is past int64.*Fix: cast the column to double"):
+        tt.backfill(join, spark, executor="sweep").collect()
+
+
 def test_left_rows_ride_through_two_sweeps_unchanged(spark: Any) -> None:
     """Left rows pass through the sweep itself: duplicates, null times and null keys stay,
     a left column named like an event column keeps its own values, and two sweep parts

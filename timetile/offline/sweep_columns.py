@@ -205,15 +205,30 @@ def feature_result(feature: Feature, column: SweptColumn) -> pa.Array:
         extremes, empty = window_extremes(column.values, column.offsets, column.query_offsets,
                                           lows, highs, op == "max")
         return pa.array(canonical_array(extremes), mask=empty)
-    return _summed(op, feature.input_type, column.sums(feature.window), counts)
+    return _summed(feature, column.sums(feature.window), counts)
 
 
-def _summed(op: str, value_type: ValueType, sums: np.ndarray, counts: np.ndarray) -> pa.Array:
-    """``sum`` or ``avg`` of each query's run, from its sum and its count; null if empty."""
+def _summed(feature: Feature, sums: np.ndarray, counts: np.ndarray) -> pa.Array:
+    """``sum`` or ``avg`` of each query's run, from its sum and its count; null if empty.
+
+    Raises:
+        ArithmeticError: an integer ``sum`` past int64, as Spark SQL's raises
+            ``ARITHMETIC_OVERFLOW`` (``avg`` is a double: exact sums make it right).
+
+    """
     empty = counts == 0
+    op = feature.aggregation.op
     if op == "sum":
-        return pa.array(sums, mask=empty, type=pa.float64() if value_type is ValueType.FLOAT
-                        else pa.int64())
+        if feature.input_type is ValueType.FLOAT:
+            return pa.array(sums, mask=empty, type=pa.float64())
+        try:
+            return pa.array(sums, mask=empty, type=pa.int64())
+        except OverflowError:
+            raise ArithmeticError(
+                f"{feature.name}: a window's sum of the integer column "
+                f"{feature.aggregation.column!r} is past int64, as Spark SQL's sum would be "
+                "(ARITHMETIC_OVERFLOW). Fix: cast the column to double or decimal in the "
+                "source's select") from None
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums.astype(np.float64) / np.where(empty, 1, counts)
     return pa.array(canonical_array(means), mask=empty, type=pa.float64())
