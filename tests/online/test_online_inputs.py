@@ -225,7 +225,7 @@ def test_records_of_a_changed_definition_are_never_read_as_the_old(
         # upload the fetcher serves, it is refused until the fetcher re-reads the metadata;
         # then it is older than the served upload, so read as empty
         upload(group_by(served), spark, "2024-01-03", store_uri)
-        upload(tt.GroupBy("g", tt.EventSource(events, where="user_id != 3"), ["user_id"],
+        upload(tt.GroupBy("g", tt.EventSource(events.where("user_id != 3")), ["user_id"],
                           next_one), spark, "2024-01-03", store_uri)
         with pytest.raises(ValueError, match="an upload of a changed definition is under way"):
             current.fetch([{"user_id": 3}], at=DAY_END + DAY_MS + 1)

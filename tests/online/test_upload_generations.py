@@ -41,8 +41,9 @@ def test_a_day_uploaded_again_serves_no_key_it_no_longer_finds(spark: Any,
     aggregations = [tt.Aggregation("amount", "sum", windows=["1d"]),
                     tt.Aggregation("amount", "count")]
 
-    def sums(where: str | None) -> tt.GroupBy:
-        return tt.GroupBy("g", tt.EventSource(events, where=where), ["user_id"], aggregations)
+    def sums(where: str | None) -> tt.GroupBy:  # the same definition over other rows
+        rows = events if where is None else events.where(where)
+        return tt.GroupBy("g", tt.EventSource(rows), ["user_id"], aggregations)
 
     join = tt.Join("j", tt.EventSource(events), [sums(None)])
     upload(sums(None), spark, DS, store_uri)
@@ -81,7 +82,7 @@ def test_records_a_failed_upload_left_are_older_than_its_retry(spark: Any,
         fields = list(decode(store.multi_get(batch_table("g"), [key])[0] or b""))
         fields[3] = dead  # (version, day_end, slack, generation, ...)
         store.multi_put(batch_table("g"), [(key, encode(tuple(fields)))])
-        upload(tt.GroupBy("g", tt.EventSource(events, where="user_id = 1"), ["user_id"],
+        upload(tt.GroupBy("g", tt.EventSource(events.where("user_id = 1")), ["user_id"],
                           aggregations), spark, DS, store_uri)
         assert _generation(store_uri, "g") == 3
         fetched = Fetcher(tt.Join("j", tt.EventSource(events), [whole]), store).fetch(
