@@ -209,6 +209,13 @@ def test_partials_that_cannot_be_stored_are_refused_before_any_job(spark: Any,
                        r"reads .*events, which .*Fix: keep the partials in a folder of their"):
         job(["1d"], tmp_path / "events" / "partials")
     assert not (tmp_path / "events" / "partials").exists()
+    events.write.parquet(str(tmp_path / "lake" / "spend"))  # where spend's partials go
+    in_lake = tt.GroupBy("spend", tt.EventSource(str(tmp_path / "lake" / "spend")),
+                         ["user_id"], [tt.Aggregation("amount", "sum", windows=["1d"])])
+    with pytest.raises(ValueError, match=r"the Join 'bad' reads .*spend, which"):
+        tt.BackfillJob(tt.Join("bad", left, [in_lake]), spark,
+                       partials_path=str(tmp_path / "lake"))
+    job(["1d"], tmp_path)  # a folder that holds a table, beside the GroupBy's folder
     for window, why in [(tt.Window(1000, hop=700), "hop is 700 ms, which does not divide"),
                         (tt.Window(1), "leaves sliding windows of \\[1\\] ms without whole")]:
         with pytest.raises(ValueError, match=f"partials_path cannot serve Join 'bad': GroupBy "

@@ -7,6 +7,8 @@ its source no longer held (a changed ``where``, a deleted user), until the next 
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +19,13 @@ from timetile.core.batch_record import answers_for, read_record
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.entity_records import EntityRecord
 from timetile.online.fetcher import Fetcher
-from timetile.online.layout import META_TABLE, GroupByMeta, batch_table, encode_key
+from timetile.online.layout import (
+    META_TABLE,
+    GroupByMeta,
+    batch_table,
+    encode_key,
+    feature_signature,
+)
 from timetile.online.store import open_store
 from timetile.online.upload import _next_generation, upload
 
@@ -132,3 +140,37 @@ def test_records_of_an_earlier_build_are_older_than_any_upload() -> None:
     assert EntityRecord.from_bytes(old_entity, signature="sig", generation=1).rows == ()
     with pytest.raises(ValueError, match="not a timetile entity record of version 2"):
         EntityRecord.from_bytes(old_entity)
+
+
+def test_a_source_of_defaults_keeps_the_signature_of_earlier_builds() -> None:
+    """The signature holds a source's where, select and time columns only where they are not
+    the defaults: stores uploaded before it held them serve on without a re-upload (digests
+    of a77a6b2), and a changed where is a changed definition."""
+    plain = tt.GroupBy("g", tt.EventSource("t"), ["u"], [tt.Aggregation("x", "sum")])
+    entity = tt.GroupBy("users", tt.EntitySource("s", mutation_table="m"), ["user_id"],
+                        [tt.Aggregation("stars", "sum")])
+    assert feature_signature(plain) == "dbc805a65a895c81"
+    assert feature_signature(entity) == "aaad11d1b7fcce88"
+    changed = [tt.EventSource("t", where="x > 0"), tt.EventSource("t", select=["u", "x"]),
+               tt.EventSource("t", time_column="at"), tt.EventSource("t", period="1h")]
+    digests = {feature_signature(replace(plain, source=source)) for source in changed}
+    assert len(digests) == len(changed)
+    assert feature_signature(plain) not in digests
+    moved = replace(plain, source=tt.EventSource("other_table"))
+    assert feature_signature(moved) == feature_signature(plain)  # a table moved: no change
+
+
+def test_uploads_side_by_side_take_distinct_generations(tmp_path: Any) -> None:
+    """Read, then write (two calls) let threads take one generation; now one update."""
+    store_uri = f"lmdb:{tmp_path}/store"
+    taken: list[int] = []
+
+    def take() -> None:
+        taken.extend(_next_generation(store_uri, "g", None) for _ in range(10))
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(taken) == list(range(1, 41))

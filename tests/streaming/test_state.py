@@ -92,7 +92,8 @@ def test_a_store_older_than_the_checkpoint_is_refused() -> None:
     with a warning before)."""
     state = StreamState("q1", 3, 500, 900, StreamCounts(written=4), StreamCounts(written=1))
     with pytest.raises(StreamOwnershipError, match=r"record is of batch 3 of query q1, but the "
-                       r"checkpoint asks for batch 5.*Fix: restart the stream from a new"):
+                       r"checkpoint asks for batch 5.*Fix: use the store this checkpoint wrote, or "
+                       r"stream into a fresh store"):
         begin(state, "g", "q1", 5, LATENESS)
     with pytest.raises(StreamOwnershipError, match=r"no stream record in this store, but this "
                        r"checkpoint has streamed 2 micro-batches.*Fix: restart the stream"):

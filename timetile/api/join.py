@@ -137,7 +137,7 @@ class Join:
                                          "give parts=[group_by, ...]")
         if isinstance(self.parts, str) or not isinstance(self.parts, Sequence):
             raise DefinitionError.single(  # a set's order, hence the columns', is not fixed
-                subject, "parts", f"{self.parts!r} is not a list",
+                subject, "parts", f"a {type(self.parts).__name__} is not a list",
                 "give parts=[group_by, ...], a list: its order orders the output columns")
         parts: list[JoinPart] = []
         for index, given in enumerate(self.parts):

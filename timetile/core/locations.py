@@ -23,10 +23,12 @@ def local_path(location: str) -> Path | None:
     return Path(location.removeprefix("file://").removeprefix("file:")).absolute()
 
 
-def overlapping(location: str, others: list[str]) -> str | None:
+def overlapping(location: str, others: list[str], *, holding: bool = True) -> str | None:
     """Return the first of ``others`` that ``location`` is, holds or lies in (local only).
 
     For an output that would replace its own input: resolved, so ``./a/../data`` is ``data``.
+    Without ``holding``, only one that ``location`` is or lies in: for a folder that writes
+    below names of its own, beside what it holds.
     """
     path = local_path(location)
     if path is None:
@@ -37,7 +39,7 @@ def overlapping(location: str, others: list[str]) -> str | None:
         if held is None:
             continue
         held = held.resolve()
-        if path == held or path in held.parents or held in path.parents:
+        if path == held or held in path.parents or (holding and path in held.parents):
             return other
     return None
 

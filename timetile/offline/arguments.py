@@ -45,8 +45,9 @@ def _day_ms(name: str, day: str) -> int:
 def partials_location(location: object, join: Join) -> str:
     """Return ``partials_path`` as a string, or raise naming it when it cannot be written.
 
-    It may not be, hold or lie in a path ``join`` reads: Spark would read the partials as
-    rows of that table, or fail to read it at all.
+    It may not be or lie in a path ``join`` reads: Spark would read the partials as rows of
+    that table, or fail to read it at all. It may hold one, unless a GroupBy's partials
+    (under ``{path}/{group_by}/``) would lie in it.
     """
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
@@ -56,7 +57,11 @@ def partials_location(location: object, join: Join) -> str:
     problem = write_problem(location)
     if problem is not None:
         raise ValueError(f"partials_path {location}: {problem}")
-    read = overlapping(location, list(join.paths_read))
+    written = [location, *(f"{location.rstrip('/')}/{part.group_by.name}"
+                           for part in join.join_parts)]
+    read = next((found for folder in written
+                 if (found := overlapping(folder, list(join.paths_read), holding=False))),
+                None)
     if read is not None:
         raise ValueError(f"partials_path {location}: the Join {join.name!r} reads {read}, "
                          "which stored partials there would break. Fix: keep the partials "

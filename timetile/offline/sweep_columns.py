@@ -212,8 +212,9 @@ def _summed(feature: Feature, sums: np.ndarray, counts: np.ndarray) -> pa.Array:
     """``sum`` or ``avg`` of each query's run, from its sum and its count; null if empty.
 
     Raises:
-        ArithmeticError: an integer ``sum`` past int64, as Spark SQL's raises
-            ``ARITHMETIC_OVERFLOW`` (``avg`` is a double: exact sums make it right).
+        OverflowError: an integer ``sum`` past int64, as Spark SQL's raises
+            ``ARITHMETIC_OVERFLOW`` under ANSI mode, Spark 4's default (``avg`` is a
+            double: exact sums make it right).
 
     """
     empty = counts == 0
@@ -224,7 +225,7 @@ def _summed(feature: Feature, sums: np.ndarray, counts: np.ndarray) -> pa.Array:
         try:
             return pa.array(sums, mask=empty, type=pa.int64())
         except OverflowError:
-            raise ArithmeticError(
+            raise OverflowError(
                 f"{feature.name}: a window's sum of the integer column "
                 f"{feature.aggregation.column!r} is past int64, as Spark SQL's sum would be "
                 "(ARITHMETIC_OVERFLOW). Fix: cast the column to double or decimal in the "

@@ -426,7 +426,9 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
     by ``options.landed_before`` (without it: the days before the latest event's) are stored;
     a later day may still be landing, so its partials serve this run only.
     """
-    assert partials_problem(plan) is None, "BackfillJob checks it before any job"
+    problem = partials_problem(plan)  # BackfillJob refuses it before any job
+    if problem is not None:
+        raise ValueError(f"stored partials: {problem}")
     assert options.partials_path is not None
     name = plan.part.group_by.name
     spark = events.sparkSession

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timetile.api.group_by import GroupBy
-from timetile.api.sources import EventSource
+from timetile.api.sources import EntitySource, EventSource
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.aggregators.bucketed import bucketed_dtype
@@ -146,6 +146,13 @@ def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[
     return tuple(features)
 
 
+#: What a source of default settings gives :func:`feature_signature`, per kind of source.
+_DEFAULT_SHAPES: dict[type, tuple[object, ...]] = {
+    EventSource: ((), None, ("ts", None)),
+    EntitySource: ((), None, (None, "mutation_ts", "is_before", "ds")),
+}
+
+
 def feature_signature(group_by: GroupBy) -> str:
     """Return a digest of what a GroupBy's records and tiles hold.
 
@@ -160,10 +167,12 @@ def feature_signature(group_by: GroupBy) -> str:
     placed: tuple[object, ...] = (
         (source.time_column, source.period) if isinstance(source, EventSource) else
         (source.time_column, source.mutation_time_column, source.is_before_column,
-         source.partition_column, source.mutation_table is None))
+         source.partition_column))
     parts = [group_by.name, type(source).__name__, repr(tuple(group_by.keys)),
-             repr(group_by.floors), repr(group_by.lookup_columns),
-             repr((source.filters, source.projection, placed))]
+             repr(group_by.floors), repr(group_by.lookup_columns)]
+    shape = (source.filters, source.projection, placed)
+    if shape != _DEFAULT_SHAPES[type(source)]:  # a source of defaults keeps its digest of
+        parts.append(repr(shape))  # earlier builds, which held no shape: no re-upload
     parts.extend(repr((a.column, a.op, a.k, a.percentiles, a.buckets,
                        [None if w is None else w.name for w in a.window_list]))
                  for a in group_by.aggregations or ())

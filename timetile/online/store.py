@@ -52,9 +52,11 @@ class KVStore(ABC):
         """Replace one record by ``change(its value, None if none)`` atomically; return it.
 
         No other write of the record falls between the read and the write, from any thread
-        or process: two updates of a counter never take the same number. ``change`` may run
-        more than once (a store retries when the record changed under it), so it must
-        depend on its argument alone. One round trip or transaction, plus one per retry.
+        or process: two updates of a counter never take the same number (one may skip a
+        number, where a store retries a write that went through). ``change`` may run more
+        than once (a store retries when the record changed under it), so it must depend on
+        its argument alone. LMDB: one write transaction; Redis: three round trips, again
+        per retry.
         """
 
     @abstractmethod

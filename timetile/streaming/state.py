@@ -189,8 +189,8 @@ def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int
             f"GroupBy {group_by!r}: this store's stream record is of batch {previous.batch} "
             f"of query {query_id}, but the checkpoint asks for batch {batch}: the store is "
             "older than the checkpoint (restored from a copy), and the events of the batches "
-            "between would never reach it. Fix: restart the stream from a new checkpoint (it "
-            "replays the landed events), or use the store this checkpoint wrote")
+            "between would never reach it. Fix: use the store this checkpoint wrote, or "
+            "stream into a fresh store (upload it first) from a new checkpoint")
     return advance(previous.watermark, previous.max_time, lateness_ms), previous.totals
 
 
