@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -157,6 +158,25 @@ def test_bad_calls(tmp_path: Path) -> None:
         log.log("r1", "model", AT, rows(1), results(1))
     with pytest.raises(ValueError, match="at least 1"):
         ResponseLog(tmp_path, queue_size=0)
+
+
+def test_request_id_and_at_are_checked_before_they_are_queued(tmp_path: Path) -> None:
+    """A row counted as written has a request id and a time: a bad one is refused in log(),
+    not lost in the writer thread nor written with a null or truncated time."""
+    with ResponseLog(tmp_path, max_seconds=60) as log:
+        for request_id in (None, 7):
+            with pytest.raises(TypeError, match=r"request_id is .*, not a str\. Fix: pass"):
+                log.log(request_id, "model", AT, rows(1), results(1))  # type: ignore[arg-type]
+        for at in (None, 5.7, True, "5"):
+            with pytest.raises(TypeError, match=r"at is .*, not an int\. Fix: pass the fetch "
+                                                "time as an int of epoch milliseconds"):
+                log.log("r", "model", at, rows(1), results(1))  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"at is 9223372036854775808, outside int64"):
+            log.log("r", "model", 2**63, rows(1), results(1))
+        assert log.log("r1", "model", np.int64(AT), rows(1), results(1))  # type: ignore[arg-type]
+        assert log.log("r2", "model", -(2**63), rows(1), results(1))
+    assert (log.written, log.dropped) == (2, 0)
+    assert read(tmp_path / "model").column("request_time").to_pylist() == [AT, -(2**63)]
 
 
 @pytest.mark.spark

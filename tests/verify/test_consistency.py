@@ -223,8 +223,91 @@ def test_unreadable_logged_rows_are_counted_not_compared(
     assert report.rows == served.rows
     assert report.left_out == 9
     assert not any(entry.mismatches for entry in report.features)
-    assert report.summary().endswith("; 9 logged rows unreadable (no keys, time or features, "
-                                     "or keys that are not the Join's) left out")
+    assert report.summary().endswith("; 9 logged rows left out (unreadable, of another Join, "
+                                     "or keys or features that are not the Join's)")
+
+
+def test_rows_of_another_join_or_definition_are_left_out(
+        spark: SparkSession, served: Served, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Rows that name another Join, lack a feature (served by an older definition), have no
+    request id (the oracle's bounds are joined by it) or features that json.loads does not
+    read as Spark does are left out and counted, never compared as "served null"."""
+    logs = tmp_path / "logs"
+    shutil.copytree(served.logs, logs)
+    rows = [row for row in pq.read_table(served.logs / served.join.name).to_pylist()
+            if not row["stale"]]
+    older = json.loads(rows[1]["features"])
+    del older[TAMPERED]
+    odd = [{**rows[0], "join": "other"}, {**rows[0], "join": "other"},
+           {**rows[1], "features": json.dumps(older)},
+           {**rows[2], "request_id": None},
+           {**rows[3], "features": rows[3]["features"].replace('"', "'")},
+           {**rows[4], "features": rows[4]["features"] + " trailing text"}]
+    pq.write_table(pa.Table.from_pylist(odd, schema=SCHEMA),
+                   logs / served.join.name / "part-9999999999999-000000.parquet")
+    with caplog.at_level("WARNING", logger="timetile.verify.consistency"):
+        report = consistency(served.join, spark, logs)
+    assert report.rows == served.rows
+    assert report.left_out == len(odd)
+    assert [entry.feature for entry in report.features if entry.mismatches] == []
+    said = caplog.text
+    assert "2 logged rows are of another Join ('other' (2)), not 'online'" in said
+    assert (f"1 logged rows of Join 'online' lack some of its features ({TAMPERED}): served "
+            "by another definition of it, they are left out") in said
+    assert "request_id null in 1; features null or not a JSON object in 1" in said
+    assert "1 logged rows have features that Spark read but json.loads does not" in said
+
+
+def test_logs_of_another_join_or_definition_are_refused(
+        spark: SparkSession, served: Served, tmp_path: Path) -> None:
+    """A feature no logged row holds was not served null: the logs are of another definition."""
+    users = served.join.parts[0].group_by
+    added = tt.Join("online", served.join.left, [tt.GroupBy(
+        "users", users.source, ["user_id"],
+        [*AGGREGATIONS, tt.Aggregation("amount", "min", windows=["1d"])])])
+    with pytest.raises(ConsistencyError, match=r"No usable logged row under .* holds the "
+                                               r"feature users_amount_min_1d of Join 'online'"
+                                               r".*Fix: pass the definitions of the Join that "
+                                               "served these logs"):
+        consistency(added, spark, served.logs)
+    table = pq.read_table(served.logs / served.join.name)
+    (tmp_path / "logs" / served.join.name).mkdir(parents=True)
+    pq.write_table(table.set_column(table.schema.get_field_index("join"), "join",
+                                    pa.array(["other"] * table.num_rows)),
+                   tmp_path / "logs" / served.join.name / "part-0-000000.parquet")
+    with pytest.raises(ConsistencyError, match=rf"None of the {served.rows} usable logged rows "
+                                               r".* is of Join 'online': their join column "
+                                               rf"names 'other' \({served.rows}\)\. Fix: pass "
+                                               "the definitions"):
+        consistency(served.join, spark, tmp_path / "logs")
+
+
+def test_unusable_logs_name_the_column_they_lack(spark: SparkSession, served: Served,
+                                                 tmp_path: Path) -> None:
+    """A file written without ``stale`` reads as nulls: the error names the column and the
+    file, and every column a row needs, not only keys, time and features."""
+    table = pq.read_table(served.logs / served.join.name)
+    (tmp_path / "logs" / served.join.name).mkdir(parents=True)
+    pq.write_table(table.drop(["stale"]),
+                   tmp_path / "logs" / served.join.name / "part-0-000000.parquet")
+    with pytest.raises(ConsistencyError, match=rf"hold no usable row \({served.rows} rows; "
+                                               rf"stale null in {served.rows}; stale absent "
+                                               r"from the file part-0-000000\.parquet\)\. Fix: "
+                                               r"rewrite or remove those rows or files: a "
+                                               r"ResponseLog writes every column of its SCHEMA "
+                                               r"\(request_id, join, row_index"):
+        consistency(served.join, spark, tmp_path / "logs")
+
+
+def test_an_unreadable_left_source_is_named(spark: SparkSession, served: Served,
+                                            tmp_path: Path) -> None:
+    for table in (str(tmp_path / "no_such_left"), "no_db.no_table"):
+        join = tt.Join("online", tt.EventSource(table, time_column="ts"), served.join.parts)
+        with pytest.raises(ConsistencyError, match=rf"Cannot read join.left of Join 'online' "
+                                                   rf"\({re.escape(table)}\): .*Fix: pass a "
+                                                   "left source Spark can read"):
+            consistency(join, spark, served.logs)
 
 
 def test_a_reused_request_id_keeps_each_rows_bounds(spark: SparkSession, served: Served,
@@ -310,6 +393,31 @@ def test_served_values_decode_to_the_offline_type(served: Any, data_type: T.Data
     from timetile.testing import same_value
 
     assert same_value(decode_served(served, data_type), expected)
+
+
+def test_histogram_bins_hold_differences_past_the_double_range(spark: SparkSession) -> None:
+    """hi − lo overflows to infinity past 1.8e308: the bins are found from halves."""
+    from timetile.verify.compare import FeatureSpec
+    from timetile.verify.consistency import _histograms
+
+    differences = [-1.7e308, 0.0, 0.0, 0.0, 1.7e308, 1e308]
+    frame = spark.createDataFrame([("f", value) for value in differences],
+                                  "feature string, difference double")
+    histogram = _histograms(spark, frame, [FeatureSpec("f", "g", "sum", "c", T.DoubleType())])
+    counts = histogram["f"].counts
+    assert sum(counts) == len(differences)
+    assert (counts[0], counts[10], counts[15], counts[19]) == (1, 3, 1, 1)
+
+
+def test_the_time_axis_names_hours_outside_iso_years() -> None:
+    from timetile.verify.report_html import render_report
+    from timetile.verify.results import FeatureConsistency, TimelinePoint
+
+    report = ConsistencyReport("j", "logs", 2, [FeatureConsistency("f", "g", "sum", EXACT, 2,
+                                                                   0, 2, 0, 0)],
+                               [TimelinePoint(HOUR_MS, 1, 0), TimelinePoint(2**62, 1, 0)])
+    assert ("hour of request time, 1970-01-01T01h to epoch ms 4611686018427387904 UTC"
+            in render_report(report))
 
 
 def test_an_int_never_decodes_where_a_float_was_not_served() -> None:

@@ -71,6 +71,7 @@ SCHEMA = pa.schema([
 ])
 
 _JOIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _now_ms() -> int:
@@ -156,12 +157,27 @@ class ResponseLog:
 
         O(1): never encodes, never touches the disk, never waits for the writer. ``rows``
         are logged as given (pass the key columns only) and must not change afterwards.
+        ``request_id`` is a str and ``at`` an int of epoch milliseconds (numpy's ints too),
+        checked here, so that every row the log counts as written has both.
 
         Raises:
-            ValueError: ``rows`` and ``results`` differ in length, or ``join`` is no name.
+            TypeError: ``request_id`` is not a str, or ``at`` is not an int.
+            ValueError: ``rows`` and ``results`` differ in length, ``join`` is no name, or
+                ``at`` is outside int64.
             RuntimeError: the log is closed.
 
         """
+        if not isinstance(request_id, str):
+            raise TypeError(f"request_id is {request_id!r} ({type(request_id).__name__}), not "
+                            "a str. Fix: pass the request's id as text, e.g. str(request_id)")
+        if isinstance(at, bool) or not isinstance(at, Integral):
+            raise TypeError(f"at is {at!r} ({type(at).__name__}), not an int. Fix: pass the "
+                            "fetch time as an int of epoch milliseconds (UTC), the `at` given "
+                            "to Fetcher.fetch")
+        at = int(at)
+        if not _INT64_MIN <= at <= _INT64_MAX:
+            raise ValueError(f"at is {at}, outside int64. Fix: pass the fetch time as epoch "
+                             "milliseconds (UTC), the `at` given to Fetcher.fetch")
         if len(rows) != len(results):
             raise ValueError(f"{len(rows)} rows but {len(results)} results")
         if not _JOIN_NAME.match(join):

@@ -30,6 +30,9 @@ from timetile.verify.values import (
 
 #: One row per (logged row, feature). ``served`` and ``offline`` (JSON text) are set on
 #: mismatching rows only; ``smape``, ``edit`` and ``difference`` on rows that are not stale.
+#: A logged row whose features Python does not read as a JSON object holding every feature
+#: (Spark's reader accepted it: text after the object) is one row with a null ``feature``
+#: and nulls in ``stale`` and ``match``: not compared, counted as left out.
 COMPARED_SCHEMA = T.StructType([
     T.StructField("request_id", T.StringType()),
     T.StructField("row_index", T.IntegerType()),
@@ -105,11 +108,20 @@ class Comparer:
                 yield self.compare(batch.slice(offset, step))
 
     def compare(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Return the compared rows of one batch, ``len(batch) × len(specs)`` of them."""
+        """Return the compared rows of one batch: ``len(specs)`` per logged row.
+
+        A logged row whose features ``json.loads`` does not read as an object holding every
+        spec's feature gets one row instead, with a null ``feature`` (see
+        :data:`COMPARED_SCHEMA`): it is counted as left out, never compared as served null.
+        """
         columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
         out: dict[str, list[Any]] = {name: [] for name in _ARROW_SCHEMA.names}
         for row in range(batch.num_rows):
             served = _parse(columns["log_features"][row])
+            if served is None or any(spec.name not in served for spec in self.specs):
+                for name in _ARROW_SCHEMA.names:
+                    out[name].append(columns[name][row] if name in _LOGGED else None)
+                continue
             stale = set(columns["log_stale"][row] or ())
             for spec in self.specs:
                 out["request_id"].append(columns["request_id"][row])
@@ -147,15 +159,18 @@ class Comparer:
         out["offline"].append(dumps(offline) if shown else None)
 
 
-def _parse(text: str | None) -> dict[str, Any]:
-    """Return the logged features JSON as a dict; {} when absent or unreadable (all served null)."""
+_LOGGED = ("request_id", "row_index", "request_time")
+
+
+def _parse(text: str | None) -> dict[str, Any] | None:
+    """Return the logged features JSON as a dict; None when absent or not a JSON object."""
     if text is None:
-        return {}
+        return None
     try:
         value = json.loads(text)
     except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _is_number(value: Any) -> bool:

@@ -10,21 +10,37 @@ histogram counts come back to the driver.
 How a served value is judged, per op (:data:`APPROX_CHECKS`):
 
 - exact ops equal the backfill's value as :func:`~timetile.testing.same_value` says
-  (floats to 1e-9 relative, NaN equals NaN, ints never equal floats);
+  (floats to 1e-9 relative, NaN equals NaN; a number served for a double column reads as
+  that float, :func:`~timetile.verify.values.decode_served`);
 - ``approx_unique_count`` lies within 3 × ``HLL_RSE`` of the exact distinct count, and
   ``approx_percentile`` within the exact rank bounds of
   :func:`~timetile.testing.percentile_rank_bounds`: both from the naive oracle on the logged
   rows (O(n²/k), fine for logs, which are samples).
 
 A row whose ``stale`` lists a GroupBy is not compared for that GroupBy's features, only
-counted: the late upload explains any difference. Cost: one read of the logs, the
-backfill of the logged rows (plus the oracle's, when the Join has approximate ops), then
-O(rows × features) Python on the executors; the compared rows are cached for the summaries.
+counted: the late upload explains any difference.
+
+Which logged rows are compared: those of this Join and this definition. A row is left out,
+counted in :attr:`~timetile.verify.results.ConsistencyReport.left_out` and warned about
+(with how many and why) when it lacks a column a ResponseLog always writes (a null
+``request_id``, ``join``, ``row_index``, ``request_time``, ``keys`` or ``stale``; features
+that are not a JSON object), when its ``join`` names another Join, when its keys do not read
+as the Join's key columns, or when its features lack one of the Join's features: the Fetcher
+logs every feature of its definition, nulls included, so such a row was served by another
+definition (one changed while the logs were written), and none of its features is compared.
+Logs where no row is left, or where no row holds some feature of the Join (the logs of
+another definition), are a :class:`ConsistencyError`, never "served null" mismatches.
+
+Cost: one read of the logs, the backfill of the logged rows (plus the oracle's, when the
+Join has approximate ops), then O(rows × features) Python on the executors; the compared
+rows are cached for the summaries.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -50,7 +66,7 @@ from timetile.core.timeutil import HOUR_MS
 from timetile.offline.backfill import backfill
 from timetile.online.response_log import SCHEMA
 from timetile.progress import JobProgress
-from timetile.spark.sources import check_session, load, load_events
+from timetile.spark.sources import check_session, load
 from timetile.testing import percentile_rank_bounds
 from timetile.verify.compare import COMPARED_SCHEMA, Comparer, FeatureSpec
 from timetile.verify.report_html import render_report
@@ -96,8 +112,9 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
     offline as JSON text, smape) and ``report.html`` (self-contained, SVG plots).
 
     Raises:
-        ConsistencyError: no logs for the Join, unreadable log files, or a key column the
-            left source does not have.
+        ConsistencyError: no logs for the Join, unreadable log files, no usable row of the
+            Join, a feature no usable row holds (the logs of another definition), an
+            unreadable left source, or a key column the left source does not have.
         DefinitionError: the definition cannot work against the sources.
         TypeError: an argument of the wrong type, named with the fix.
 
@@ -111,21 +128,21 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
         if problem is not None:
             raise ConsistencyError(f"The output {os.fspath(output)} {problem}")
     with stage("read logs"):
-        logs, unusable = _read_logs(spark, path)
+        logs, unusable = _read_logs(spark, path, join)
         left, unreadable = _left_rows(spark, join, logs)
     compared: DataFrame | None = None
     try:
         with stage("recompute and compare"):
             specs, frame = _compared(join, spark, left)
             compared = frame.persist()
-            features = _features(compared, specs)
+            features, unparsed = _features(compared, specs)
         with stage("summarize"):
             timeline, per_feature = _timelines(compared, features)
             histograms = _histograms(spark, compared, specs)
         rows = features[0].rows + features[0].stale if features else 0
         report = ConsistencyReport(join.name, path, rows, features, timeline, per_feature,
                                    histograms, None if output is None else str(output),
-                                   unusable + unreadable)
+                                   unusable + unreadable + unparsed)
         if output is not None:
             with stage("write report"):
                 _write(report, compared, Path(output))
@@ -171,23 +188,60 @@ def logs_path(logs_dir: str | os.PathLike[str], join: str) -> str:
     return path
 
 
-def _read_logs(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
-    """Return the log rows with keys, a time and readable features; count the rest (one job).
+#: How ``features`` is read in Spark: as the Comparer's ``json.loads`` reads it (no single
+#: quotes), so that a row Spark finds usable holds the values Python compares.
+_JSON_OPTIONS = {"allowSingleQuotes": "false"}
+
+
+def _features_map(column: str = "features") -> Column:
+    """Read the logged features as a map of JSON texts, null where they are no JSON object."""
+    return F.from_json(column, T.MapType(T.StringType(), T.StringType()), _JSON_OPTIONS)
+
+
+#: Per column a ResponseLog always writes: what a row lacks when that check is true. A row
+#: lacking any of them is unusable: left out and counted.
+_UNUSABLE: dict[str, tuple[Callable[[], Column], str]] = {
+    "request_id": (lambda: F.col("request_id").isNull(), "null"),
+    "join": (lambda: F.col("join").isNull(), "null"),
+    "row_index": (lambda: F.col("row_index").isNull(), "null"),
+    "request_time": (lambda: F.col("request_time").isNull(), "null"),
+    "keys": (lambda: F.col("keys").isNull(), "null"),
+    "features": (lambda: _features_map().isNull(), "null or not a JSON object"),
+    "stale": (lambda: F.col("stale").isNull(), "null"),
+}
+
+
+def _read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, int]:
+    """Return the usable log rows of ``join``'s definition; count the rest (one job).
+
+    A row is left out, counted and warned about when it lacks a column a ResponseLog always
+    writes (:data:`_UNUSABLE`: a null ``request_id``, ``join``, ``row_index``,
+    ``request_time``, ``keys`` or ``stale``, or ``features`` that are not a JSON object);
+    when its ``join`` names another Join; or when its features lack one of the Join's
+    features that other rows hold: the Fetcher logs every feature of its definition, nulls
+    included, so such a row was served by another definition of the Join (one changed
+    while it logged), and none of its values is compared.
 
     Raises:
-        ConsistencyError: no logs at ``path``, files that are not response logs, or no row
-            has keys, a time and features.
+        ConsistencyError: no logs at ``path``, files that are not response logs, no usable
+            row, none of ``join``, or a feature of ``join`` that no usable row holds (the
+            logs of another definition).
 
     """
-    usable = (F.col("keys").isNotNull() & F.col("request_time").isNotNull()
-              & F.col("row_index").isNotNull() & F.col("stale").isNotNull()
-              # a JSON object of features: what the Fetcher logs, so never null
-              & F.from_json("features", T.MapType(T.StringType(), T.StringType())).isNotNull())
+    names = join.output_columns()
+    lacks = {column: check() for column, (check, _) in _UNUSABLE.items()}
+    usable = ~functools.reduce(operator.or_, lacks.values())  # each check is never null
+    ours = F.col("join") == join.name
+    lacking = F.array_sort(F.array_except(F.array(*map(F.lit, names)),
+                                          F.map_keys(_features_map())))
     try:
         logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(path)
-        row = logs.agg(F.count(F.lit(1)).alias("rows"),
-                       F.count_if(~F.coalesce(usable, F.lit(False))).alias("unusable"),
-                       ).first()  # reads every column: corrupt files fail
+        groups = logs.groupBy(  # few groups: the unusable rows, one per other Join and
+            F.when(usable & ~ours, F.col("join")).alias("other"),  # per definition
+            F.when(usable & ours, lacking).alias("lacking"),
+        ).agg(F.count(F.lit(1)).alias("rows"),
+              *(F.count_if(bad).alias(column) for column, bad in lacks.items()),
+              ).collect()  # reads every column: corrupt files fail
     except (PySparkException, Py4JJavaError) as error:
         if isinstance(error, AnalysisException) and error.getCondition() == "PATH_NOT_FOUND":
             raise ConsistencyError(
@@ -198,17 +252,101 @@ def _read_logs(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
             f"Cannot read the response logs under {path}: {_cause(error)}. Fix: remove or "
             "repair the files that are not response logs (ResponseLog writes "
             "part-*.parquet files of its SCHEMA)") from None
-    assert row is not None
-    if row["unusable"]:
-        log.warning("%s: %s of %s logged rows have no keys, row index, request time or "
-                    "readable features and are left out", path, f"{row['unusable']:,}",
-                    f"{row['rows']:,}")
-    if row["rows"] == row["unusable"]:
+    total = sum(group["rows"] for group in groups)
+    unusable = sum(group["rows"] for group in groups
+                   if group["other"] is None and group["lacking"] is None)
+    lacked = _lacked(groups, path) if unusable else ""
+    if unusable:
+        log.warning("%s: %s of %s logged rows are unusable and left out (%s); %s", path,
+                    f"{unusable:,}", f"{total:,}", lacked, _LOGGED)
+    if total == unusable:
+        fix = (f"rewrite or remove those rows or files: {_LOGGED}" if total else
+               "serve some requests with logging on first")
         raise ConsistencyError(
-            f"The response logs under {path} hold no usable row ({row['rows']} rows, "
-            f"{row['unusable']} without keys, request time or readable features). Fix: serve "
-            "some requests with logging on first")
-    return logs.where(usable), int(row["unusable"])
+            f"The response logs under {path} hold no usable row ({total:,} rows"
+            + (f"; {lacked}" if total else "") + f"). Fix: {fix}")
+    others: dict[str, int] = {}
+    for group in groups:
+        if group["other"] is not None:
+            others[group["other"]] = others.get(group["other"], 0) + group["rows"]
+    other = sum(others.values())
+    named = ", ".join(f"{name!r} ({count:,})" for name, count in
+                      sorted(others.items(), key=lambda item: -item[1])[:5])
+    if other == total - unusable:
+        raise ConsistencyError(
+            f"None of the {other:,} usable logged rows under {path} is of Join {join.name!r}: "
+            f"their join column names {named}{' and more' if len(others) > 5 else ''}. Fix: "
+            "pass the definitions of the Join that served these logs, or the logs of "
+            f"{join.name!r}")
+    if other:
+        log.warning("%s: %s logged rows are of another Join (%s%s), not %r, and are left out",
+                    path, f"{other:,}", named, " and more" if len(others) > 5 else "",
+                    join.name)
+    definitions = {tuple(group["lacking"]): group["rows"] for group in groups
+                   if group["lacking"] is not None}
+    held = set(names) - set.intersection(*(set(gone) for gone in definitions))
+    if len(held) < len(names):
+        absent = [name for name in names if name not in held]
+        raise ConsistencyError(
+            f"No usable logged row under {path} holds the feature"
+            f"{'s' if len(absent) > 1 else ''} {', '.join(absent[:10])}"
+            f"{f' (and {len(absent) - 10} more)' if len(absent) > 10 else ''} of Join "
+            f"{join.name!r}, and the Fetcher logs every feature of its Join, nulls included: "
+            "these logs were served by another definition (an aggregation or window added "
+            "or changed since). Fix: pass the definitions of the Join that served these logs")
+    changed = {gone: rows for gone, rows in definitions.items() if gone}
+    if changed:
+        gone = sorted({name for lost in changed for name in lost}, key=names.index)
+        log.warning("%s: %s logged rows of Join %r lack some of its features (%s%s): served "
+                    "by another definition of it, they are left out", path,
+                    f"{sum(changed.values()):,}", join.name, ", ".join(gone[:10]),
+                    " and more" if len(gone) > 10 else "")
+    if not definitions.get(()):
+        raise ConsistencyError(
+            f"No usable logged row of Join {join.name!r} under {path} holds all of its "
+            "features: each was served by another definition. Fix: pass the definitions of "
+            "the Join that served these logs")
+    return (logs.where(usable & ours & (F.size(lacking) == 0)),
+            total - definitions[()])
+
+
+#: Where the fix of logs that lack columns begins.
+_LOGGED = ("a ResponseLog writes every column of its SCHEMA (request_id, join, row_index, "
+           "request_time, served_at, keys, features, stale)")
+
+
+def _lacked(groups: Sequence[Any], path: str) -> str:
+    """Say how many rows lack each column, and which local files have no such column."""
+    counts = {column: sum(group[column] for group in groups) for column in _UNUSABLE}
+    said = [f"{column} {_UNUSABLE[column][1]} in {count:,}"
+            for column, count in counts.items() if count]
+    missing = _files_without(path, [column for column, count in counts.items() if count])
+    said.extend(f"{column} absent from the file{'s' if len(files) > 1 else ''} "
+                f"{', '.join(files[:3])}{' and more' if len(files) > 3 else ''}"
+                for column, files in missing.items())
+    return "; ".join(said)
+
+
+def _files_without(path: str, columns: Sequence[str]) -> dict[str, list[str]]:
+    """Per column, the local log files whose Parquet schema lacks it (their footers only).
+
+    Spark reads such a column as nulls; empty for logs that are not on the local disk.
+    """
+    folder = Path(path)
+    if not columns or "://" in path or path.startswith("file:") or not folder.is_dir():
+        return {}
+    found: dict[str, list[str]] = {}
+    for file in sorted(folder.iterdir()):
+        if file.name.startswith((".", "_")) or not file.is_file():
+            continue
+        try:
+            names = set(pq.read_schema(file).names)
+        except (OSError, ValueError):  # Spark read it: a race with a writer, at worst
+            continue
+        for column in columns:
+            if column not in names:
+                found.setdefault(column, []).append(file.name)
+    return found
 
 
 _JAVA_ERROR = re.compile(r"^(Caused by: )?[\w.$]+(Exception|Error): (.+)$")
@@ -273,10 +411,23 @@ def _left_rows(spark: SparkSession, join: Join, logs: DataFrame) -> tuple[DataFr
 
 
 def _left_schema(spark: SparkSession, join: Join) -> T.StructType:
-    """Return the left source's schema after its select (no job runs)."""
-    if isinstance(join.left, EventSource):
-        return load_events(spark, join.left, "left").schema
-    return load(spark, join.left, join.left.snapshot_table, "left").schema
+    """Return the left source's schema after its select (no job runs).
+
+    Raises:
+        ConsistencyError: Spark cannot read the left source.
+
+    """
+    table = join.left.table if isinstance(join.left, EventSource) else \
+        join.left.snapshot_table
+    try:
+        return load(spark, join.left, table, "left").schema
+    except (PySparkException, Py4JJavaError) as error:
+        shown = table if isinstance(table, str) else type(table).__name__
+        raise ConsistencyError(
+            f"Cannot read join.left of Join {join.name!r} ({shown}): {_cause(error)}. The "
+            "logged keys take the types of its key columns. Fix: pass a left source Spark "
+            "can read (a table that exists, a Parquet path or a DataFrame) with the key "
+            "columns") from None
 
 
 def _typed(text: Column, data_type: T.DataType) -> Column:
@@ -347,10 +498,16 @@ def _compared(join: Join, spark: SparkSession, left: DataFrame
     return specs, frame.mapInArrow(Comparer(specs, APPROX_CHECKS), COMPARED_SCHEMA)
 
 
-def _features(compared: DataFrame, specs: Sequence[FeatureSpec]) -> list[FeatureConsistency]:
-    """One job: the per-feature counts and means."""
+def _features(compared: DataFrame, specs: Sequence[FeatureSpec]
+              ) -> tuple[list[FeatureConsistency], int]:
+    """Return the per-feature counts and means, and the rows the Comparer could not read.
+
+    One job. Rows it could not read hold features Spark's reader accepted but ``json.loads``
+    does not (text after the JSON object): they are left out, and warned about.
+    """
     fresh = ~F.col("stale")
     stats = {row["feature"]: row for row in compared.groupBy("feature").agg(
+        F.count(F.lit(1)).alias("all"),
         F.count_if(fresh).alias("rows"),
         F.count_if(F.col("stale")).alias("stale"),
         F.count_if(fresh & F.col("match")).alias("matches"),
@@ -367,7 +524,11 @@ def _features(compared: DataFrame, specs: Sequence[FeatureSpec]) -> list[Feature
             *((row["rows"], row["stale"], row["matches"], row["missing"], row["extra"],
                row["smape_mean"], row["smape_max"], row["edit_distance_mean"])
               if row is not None else (0, 0, 0, 0, 0))))
-    return made
+    unparsed = int(stats[None]["all"]) if None in stats else 0
+    if unparsed:
+        log.warning("%s logged rows have features that Spark read but json.loads does not "
+                    "(text after the JSON object?); they are left out", f"{unparsed:,}")
+    return made, unparsed
 
 
 def _hour() -> Column:
@@ -407,9 +568,10 @@ def _histograms(spark: SparkSession, compared: DataFrame, specs: Sequence[Featur
     frame = spark.createDataFrame([(name, lo, hi, bins[name]) for name, (lo, hi)
                                    in ranges.items()], "feature string, lo double, hi double, "
                                   "bins int")
-    index = F.least(F.floor((F.col("difference") - F.col("lo")) * F.col("bins")
-                            / F.greatest(F.col("hi") - F.col("lo"), F.lit(1e-300))),
-                    F.col("bins") - 1).cast("int").alias("bin")
+    # in halves: hi − lo overflows past 1.8e308, while hi/2 − lo/2 and d/2 − lo/2 cannot
+    share = ((F.col("difference") / 2 - F.col("lo") / 2)
+             / F.greatest(F.col("hi") / 2 - F.col("lo") / 2, F.lit(5e-324)))
+    index = F.least(F.floor(share * F.col("bins")), F.col("bins") - 1).cast("int").alias("bin")
     counts = {name: [0] * bins[name] for name in ranges}
     for row in known.join(F.broadcast(frame), "feature").groupBy("feature", index).count() \
             .collect():

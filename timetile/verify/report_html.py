@@ -146,6 +146,16 @@ def _row(entry: FeatureConsistency) -> str:
     return f"<tr{marked}>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>"
 
 
+def _hour_label(millis: int) -> str:
+    """Return an hour's start as ISO text cut to the hour, or as its number outside years 1 to 9999.
+
+    >>> _hour_label(3_600_000), _hour_label(2**62)
+    ('1970-01-01T01h', 'epoch ms 4611686018427387904')
+    """
+    text = ms_to_iso(millis)
+    return f"{text[:13]}h" if text.endswith("Z") else text
+
+
 _HEADER = ("feature", "op", "check", "rows", "stale", "matches", "mismatch rate", "missing",
            "extra", "SMAPE mean", "SMAPE max", "edit distance mean")
 
@@ -158,7 +168,7 @@ def render_report(report: ConsistencyReport) -> str:
                      for name, points in report.feature_timelines.items()})
     first = report.timeline[0].hour if report.timeline else 0
     last = report.timeline[-1].hour if report.timeline else 0
-    span = (f"hour of request time, {ms_to_iso(first)[:13]}h to {ms_to_iso(last)[:13]}h UTC"
+    span = (f"hour of request time, {_hour_label(first)} to {_hour_label(last)} UTC"
             if report.timeline else "no row compared (every row stale)")
     histograms = "".join(
         histogram_svg(histogram, title=name) for name, histogram in report.histograms.items())

@@ -126,9 +126,11 @@ class ConsistencyReport:
         feature_timelines: the same per feature, for the features that mismatch most.
         histograms: per numeric feature with a finite difference, its distribution.
         output: where the table and the HTML report were written, or None.
-        left_out: logged rows not compared: without keys, row index, request time or
-            features that read as a JSON object, or with keys that do not read as the Join's
-            key columns (a missing key, a value of another type).
+        left_out: logged rows not compared: without request id, join, row index, request
+            time, keys, stale or features that read as a JSON object; of another Join (their
+            ``join`` column); with keys that do not read as the Join's key columns (a missing
+            key, a value of another type); or with features that lack one of the Join's
+            (served by another definition of it).
 
     """
 
@@ -174,8 +176,8 @@ class ConsistencyReport:
             line += (f"; up to {self.stale_rows:,} of them stale, not compared for their "
                      "stale GroupBy's features")
         if self.left_out:
-            line += (f"; {self.left_out:,} logged rows unreadable (no keys, time or features, "
-                     "or keys that are not the Join's) left out")
+            line += (f"; {self.left_out:,} logged rows left out (unreadable, of another Join, "
+                     "or keys or features that are not the Join's)")
         return line
 
     def table(self) -> pa.Table:

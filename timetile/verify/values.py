@@ -5,8 +5,10 @@ consistency`), one call per (logged row, feature). A served value arrives as the
 wrote it (:mod:`timetile.online.jsonable`: non-finite floats as ``"NaN"``/``"Infinity"``
 strings, map keys as strings); :func:`decode_served` turns it back into the Python value of
 the offline column's Spark type, so that :func:`~timetile.testing.same_value` compares like
-with like. Nothing is coerced that the encoding did not change: an int served where the
-offline column is a double stays an int, and so never equals.
+with like. A number served for a double column reads as that float (JSON writers may drop
+the ``.0`` of an integral float, so an int ``3`` served for a double is ``3.0``); nothing
+else is coerced: a float served where the offline column is an int stays a float, and so
+never equals.
 """
 
 from __future__ import annotations
