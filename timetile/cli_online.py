@@ -366,11 +366,8 @@ def consistency(
     """
     out = console()
     with user_errors(debug):
-        from timetile.verify.consistency import (  # noqa: PLC0415  (Spark job)
-            ConsistencyError,
-            logs_path,
-        )
         from timetile.verify.consistency import consistency as check  # noqa: PLC0415
+        from timetile.verify.logs import ConsistencyError, logs_path  # noqa: PLC0415
 
         chosen = pick_join(defs, load_joins(defs), join)
         try:

@@ -246,7 +246,7 @@ def test_rows_of_another_join_or_definition_are_left_out(
            {**rows[4], "features": rows[4]["features"] + " trailing text"}]
     pq.write_table(pa.Table.from_pylist(odd, schema=SCHEMA),
                    logs / served.join.name / "part-9999999999999-000000.parquet")
-    with caplog.at_level("WARNING", logger="timetile.verify.consistency"):
+    with caplog.at_level("WARNING", logger="timetile.verify"):
         report = consistency(served.join, spark, logs)
     assert report.rows == served.rows
     assert report.left_out == len(odd)
