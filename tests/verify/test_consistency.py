@@ -13,6 +13,7 @@ import math
 import re
 import shutil
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,21 @@ def test_outputs_parse(served: Served) -> None:
     assert "users_amount_sum_1d" in served.report.histograms
 
 
+def _rewritten_logs(served: Served, tmp_path: Path,
+                    rewrite: Callable[[pa.Table], pa.Table]) -> Path:
+    """A logs folder holding one file: every logged row of ``served``, rewritten."""
+    logs = tmp_path / "logs"
+    (logs / served.join.name).mkdir(parents=True)
+    pq.write_table(rewrite(pq.read_table(served.logs / served.join.name)),
+                   logs / served.join.name / "part-0-000000.parquet")
+    return logs
+
+
+def _set_every(table: pa.Table, column: str, value: str) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(column), column,
+                            pa.array([value] * table.num_rows))
+
+
 def test_a_tampered_value_is_one_mismatch(spark: SparkSession, served: Served,
                                           tmp_path: Path) -> None:
     logs = tmp_path / "logs"
@@ -271,33 +287,26 @@ def test_logs_of_another_join_or_definition_are_refused(
                                                r".*Fix: pass the definitions of the Join that "
                                                "served these logs"):
         consistency(added, spark, served.logs)
-    table = pq.read_table(served.logs / served.join.name)
-    (tmp_path / "logs" / served.join.name).mkdir(parents=True)
-    pq.write_table(table.set_column(table.schema.get_field_index("join"), "join",
-                                    pa.array(["other"] * table.num_rows)),
-                   tmp_path / "logs" / served.join.name / "part-0-000000.parquet")
+    logs = _rewritten_logs(served, tmp_path, lambda table: _set_every(table, "join", "other"))
     with pytest.raises(ConsistencyError, match=rf"None of the {served.rows} usable logged rows "
                                                r".* is of Join 'online': their join column "
                                                rf"names 'other' \({served.rows}\)\. Fix: pass "
                                                "the definitions"):
-        consistency(served.join, spark, tmp_path / "logs")
+        consistency(served.join, spark, logs)
 
 
 def test_unusable_logs_name_the_column_they_lack(spark: SparkSession, served: Served,
                                                  tmp_path: Path) -> None:
     """A file written without ``stale`` reads as nulls: the error names the column and the
     file, and every column a row needs, not only keys, time and features."""
-    table = pq.read_table(served.logs / served.join.name)
-    (tmp_path / "logs" / served.join.name).mkdir(parents=True)
-    pq.write_table(table.drop(["stale"]),
-                   tmp_path / "logs" / served.join.name / "part-0-000000.parquet")
+    logs = _rewritten_logs(served, tmp_path, lambda table: table.drop(["stale"]))
     with pytest.raises(ConsistencyError, match=rf"hold no usable row \({served.rows} rows; "
                                                rf"stale null in {served.rows}; stale absent "
                                                r"from the file part-0-000000\.parquet\)\. Fix: "
                                                r"rewrite or remove those rows or files: a "
                                                r"ResponseLog writes every column of its SCHEMA "
                                                r"\(request_id, join, row_index"):
-        consistency(served.join, spark, tmp_path / "logs")
+        consistency(served.join, spark, logs)
 
 
 def test_an_unreadable_left_source_is_named(spark: SparkSession, served: Served,
@@ -314,27 +323,20 @@ def test_a_reused_request_id_keeps_each_rows_bounds(spark: SparkSession, served:
                                                     tmp_path: Path) -> None:
     """A ResponseLog user's request counter restarted: approximate ops still get each
     logged row's own truth, not another row's of the same (request_id, row_index)."""
-    table = pq.read_table(served.logs / served.join.name)
-    (tmp_path / "logs" / served.join.name).mkdir(parents=True)
-    pq.write_table(table.set_column(table.schema.get_field_index("request_id"), "request_id",
-                                    pa.array(["request-0"] * table.num_rows)),
-                   tmp_path / "logs" / served.join.name / "part-0-000000.parquet")
-    report = consistency(served.join, spark, tmp_path / "logs")
+    logs = _rewritten_logs(served, tmp_path,
+                           lambda table: _set_every(table, "request_id", "request-0"))
+    report = consistency(served.join, spark, logs)
     assert report.rows == served.rows
     assert [entry.feature for entry in report.features if entry.mismatches] == []
 
 
 def test_logs_of_another_join_are_refused(spark: SparkSession, served: Served,
                                           tmp_path: Path) -> None:
-    table = pq.read_table(served.logs / served.join.name)
-    (tmp_path / "logs" / served.join.name).mkdir(parents=True)
-    pq.write_table(table.set_column(table.schema.get_field_index("keys"), "keys",
-                                    pa.array(['{"uid": 1}'] * table.num_rows)),
-                   tmp_path / "logs" / served.join.name / "part-0-000000.parquet")
+    logs = _rewritten_logs(served, tmp_path, lambda table: _set_every(table, "keys", '{"uid": 1}'))
     with pytest.raises(ConsistencyError, match=r"None of the \d+ usable logged rows holds "
                                                r"Join 'online'\'s keys \(user_id, .*Fix: pass "
                                                "the definitions of the Join that served"):
-        consistency(served.join, spark, tmp_path / "logs")
+        consistency(served.join, spark, logs)
 
 
 def test_errors_name_the_logs(spark: SparkSession, served: Served, tmp_path: Path) -> None:
