@@ -100,7 +100,7 @@ def test_the_report_counts_rows_in_no_bucket(spark: Any, join: tt.Join) -> None:
     job = tt.BackfillJob(join, spark)
     (counts,) = [source for source in job.report.sources if source.role == "user"]
     assert dict(counts.null_buckets) == expected
-    assert counts.left_out == counts.without_time + counts.without_key  # still used elsewhere
+    assert counts.usable == usable.count()  # still used by the unbucketed features
     assert f"{expected['item']:,} with item null: in no bucket of it" in str(job.report)
     (left,) = [source for source in job.report.sources if source.role == "left"]
     assert dict(left.null_buckets) == {}

@@ -176,10 +176,13 @@ def test_the_report_of_stored_partials(spark: Any, tmp_path: Path) -> None:
     ("", r"partials_path is '': give a folder path or URI"),
     (5, r"partials_path is 5: give a folder path or URI"),
     ("FILE/partials", r"partials_path .*FILE/partials: .*FILE is a file, not a folder"),
+    ("HELD", r"partials_path .*HELD: .*HELD/spend is a file, not a folder"),
 ])
 def test_a_partials_path_that_cannot_work_is_refused(spark: Any, tmp_path: Path,
                                                      location: object, match: str) -> None:
     (tmp_path / "FILE").write_text("")
+    (tmp_path / "HELD").mkdir()
+    (tmp_path / "HELD" / "spend").write_text("")  # where GroupBy spend's partials would go
     if isinstance(location, str) and location:
         location = str(tmp_path / location)
     events = spark.createDataFrame([(1, 10, 1.0)], "user_id long, ts long, amount double")

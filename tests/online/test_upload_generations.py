@@ -7,7 +7,9 @@ its source no longer held (a changed ``where``, a deleted user), until the next 
 
 from __future__ import annotations
 
+import importlib
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -160,8 +162,42 @@ def test_a_source_of_defaults_keeps_the_signature_of_earlier_builds() -> None:
     assert feature_signature(moved) == feature_signature(plain)  # a table moved: no change
 
 
-def test_uploads_side_by_side_take_distinct_generations(tmp_path: Any) -> None:
-    """Read, then write (two calls) let threads take one generation; now one update."""
+class _SlowReads:
+    """A store whose reads take 2 ms, so that a read-then-write race would show."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __enter__(self) -> _SlowReads:
+        self._store.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._store.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def multi_get(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        values = self._store.multi_get(table, keys)
+        time.sleep(0.002)
+        return values  # type: ignore[no-any-return]
+
+    def update(self, table: str, key: bytes, change: Any) -> bytes:
+        def slow_change(old: bytes | None) -> bytes:
+            time.sleep(0.002)
+            return change(old)  # type: ignore[no-any-return]
+        return self._store.update(table, key, slow_change)  # type: ignore[no-any-return]
+
+
+def test_uploads_side_by_side_take_distinct_generations(tmp_path: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read, then write (two calls) let threads take one generation; now one update.
+
+    Reads take 2 ms here, so the old two calls lose generations on nearly every run.
+    """
+    upload_module = importlib.import_module("timetile.online.upload")  # not its function
+    monkeypatch.setattr(upload_module, "open_store", lambda uri: _SlowReads(open_store(uri)))
     store_uri = f"lmdb:{tmp_path}/store"
     taken: list[int] = []
 

@@ -45,20 +45,21 @@ def _day_ms(name: str, day: str) -> int:
 def partials_location(location: object, join: Join) -> str:
     """Return ``partials_path`` as a string, or raise naming it when it cannot be written.
 
-    It may not be or lie in a path ``join`` reads: Spark would read the partials as rows of
-    that table, or fail to read it at all. It may hold one, unless a GroupBy's partials
-    (under ``{path}/{group_by}/``) would lie in it.
+    A local path may not be or lie in a path ``join`` reads (remote URIs are not checked):
+    Spark would read the partials as rows of that table, or fail to read it at all. It may
+    hold one, unless a GroupBy's partials (under ``{path}/{group_by}/``) would lie in it.
+    Neither the path nor a GroupBy's folder in it may be a file.
     """
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
     if not isinstance(location, str) or not location.strip():
         raise ValueError(f"partials_path is {location!r}: give a folder path or URI "
                          "(str), e.g. 's3://bucket/partials' or '/data/partials'")
-    problem = write_problem(location)
-    if problem is not None:
-        raise ValueError(f"partials_path {location}: {problem}")
     written = [location, *(f"{location.rstrip('/')}/{part.group_by.name}"
                            for part in join.join_parts)]
+    problem = next(filter(None, map(write_problem, written)), None)
+    if problem is not None:
+        raise ValueError(f"partials_path {location}: {problem}")
     read = next((found for folder in written
                  if (found := overlapping(folder, list(join.paths_read), holding=False))),
                 None)

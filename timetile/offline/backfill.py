@@ -479,8 +479,10 @@ def _check_partials(plan: BackfillPlan) -> None:
     if problems:
         raise ValueError(f"partials_path cannot serve Join {plan.join.name!r}: "
                          f"{'; '.join(problems)}. Fix: backfill without partials_path, or "
-                         "give that GroupBy hops that divide a day (1m, 1h, 6h, 1d) and no 1 ms "
-                         "sliding window")
+                         "give that GroupBy's windows a hop that divides a day, e.g. "
+                         "tt.Window('7d', hop='1h'), and no 1 ms sliding window (the hop a "
+                         "sliding window gets by default divides its length, not always a "
+                         "day)")
 
 
 def _pieces(part: PartPlan, path: str) -> list[tuple[PartPlan, str]]:

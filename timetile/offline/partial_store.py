@@ -6,9 +6,11 @@ later backfill of the same definition. They are stored as Parquet under
 ``{root}/{group_by}/{signature}/epoch_day=N`` where the signature hashes what the partials
 depend on (the hop size, the aggregations, and the source's table, time column, ``select``
 and ``where``), so a changed definition never reads stale partials. A run writes only the
-days the store lacks, each whole (dynamic partition overwrite), so a day written twice (two
-runs at once) never double counts. A stored day is never rewritten: a day whose events
-changed after it was stored needs its ``epoch_day`` folders deleted.
+days the store lacks, each whole (dynamic partition overwrite), so a range run again never
+double counts. Runs one after another share a store; two runs at once that may write the same
+days need stores of their own (Spark's dynamic overwrite is not safe for two jobs committing
+to one path). A stored day is never rewritten: a day whose events changed after it was stored
+needs its ``epoch_day`` folders deleted.
 """
 
 from __future__ import annotations

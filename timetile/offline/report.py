@@ -31,8 +31,9 @@ class SourceCounts:
             (epoch milliseconds); None otherwise, or when no row has one.
         outside_range: of the left's timed rows, those outside the job's [start, end]: not
             asked for, so not returned (and not counted as left out).
-        null_buckets: per bucket column, the usable rows whose bucket is null: no bucketed
-            feature holds them (other features do, so they are not counted as left out).
+        null_buckets: per bucket column, the usable rows whose bucket is null: no feature
+            bucketed by it holds them. They are not counted as left out: the GroupBy's
+            unbucketed features, if it has any, hold them.
 
     """
 

@@ -228,8 +228,8 @@ def _summed(feature: Feature, sums: np.ndarray, counts: np.ndarray) -> pa.Array:
             raise OverflowError(
                 f"{feature.name}: a window's sum of the integer column "
                 f"{feature.aggregation.column!r} is past int64, as Spark SQL's sum would be "
-                "(ARITHMETIC_OVERFLOW). Fix: cast the column to double or decimal in the "
-                "source's select") from None
+                "(ARITHMETIC_OVERFLOW). Fix: cast the column to double in the source's select "
+                "(exact to 2^53, rounded past it)") from None
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums.astype(np.float64) / np.where(empty, 1, counts)
     return pa.array(canonical_array(means), mask=empty, type=pa.float64())

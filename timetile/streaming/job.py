@@ -200,8 +200,9 @@ class TileStream:
 
         Raises:
             LookupError: the GroupBy has no upload in the store.
-            StreamOwnershipError: another query writes this GroupBy's tiles in the store, or
-                the upload is of another definition than the stream's.
+            StreamOwnershipError: another query writes this GroupBy's tiles in the store, the
+                store holds no record of this checkpoint's past batches, or the upload is of
+                another definition than the stream's.
 
         """
         began = time.perf_counter()

@@ -59,7 +59,12 @@ class StreamCounts:
 
 
 class StreamOwnershipError(RuntimeError):
-    """Another checkpoint (Spark query) already writes this GroupBy's tiles in this store."""
+    """A checkpoint and a store that do not belong together.
+
+    Another checkpoint (Spark query) already writes this GroupBy's tiles in the store, or the
+    store has no record of this checkpoint's past batches (a store newer than the checkpoint,
+    or one that missed some of its batches).
+    """
 
 
 @dataclass(frozen=True)
