@@ -149,7 +149,8 @@ def test_a_day_that_may_still_be_landing_is_never_stored(spark: Any, tmp_path: P
 
 
 def test_the_report_of_stored_partials(spark: Any, tmp_path: Path) -> None:
-    """What ran, what was stored, the largest (key, hop) group, and the DataFrame caveat."""
+    """What ran, what was stored, the largest (key, hop) group, and the DataFrame caveat;
+    each named by the part (its prefix too), and said once however often it is built."""
     day = date_to_ms("2024-01-01")
     events = spark.createDataFrame([(2, day + 3_600_000 + i, 1.0) for i in range(50)]
                                    + [(1, day + DAY_MS + 60_000, 1.0)],
@@ -157,19 +158,23 @@ def test_the_report_of_stored_partials(spark: Any, tmp_path: Path) -> None:
     queries = spark.createDataFrame([(1, day + 2 * DAY_MS)], "user_id long, ts long")
     group_by = tt.GroupBy("big", tt.EventSource(events), ["user_id"],
                           [tt.Aggregation("amount", "sum", windows=["2d"])])
-    job = tt.BackfillJob(tt.Join("report", tt.EventSource(queries), [group_by]), spark,
+    job = tt.BackfillJob(tt.Join("report", tt.EventSource(queries),
+                                 [tt.JoinPart(group_by, prefix="p")]), spark,
                          partials_path=str(tmp_path / "partials"))
     job.dataframe().collect()
     lines = job.report.lines()
-    assert any("largest (key, hop) group of big: 50 events at key (2,)" in line
+    assert any("largest (key, hop) group of p_big: 50 events at key (2,)" in line
                for line in lines)
     (stored,) = [note for note in job.report.notes if "hop partials" in note]
-    assert "0 days reused, 1 computed and stored" in stored
+    assert stored.startswith("p_big: hop partials of 0 days reused, 1 computed and stored")
     assert stored.endswith("; 1 days computed but not stored, as they may still be landing "
                            "(from 2024-01-02)")
     assert any(note.startswith("big reads a DataFrame, so its stored partials are known by "
                                "the GroupBy's name and definition alone")
                for note in job.report.notes)
+    job.dataframe()  # built again: the day stored by the first build is reused
+    (stored,) = [note for note in job.report.notes if "hop partials" in note]
+    assert stored.startswith("p_big: hop partials of 1 days reused, 0 computed and stored")
 
 
 @pytest.mark.parametrize(("location", "match"), [

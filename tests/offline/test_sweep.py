@@ -121,7 +121,7 @@ def test_left_rows_ride_through_two_sweeps_unchanged(spark: Any) -> None:
     ])
     job = tt.BackfillJob(join, spark)
     ours = job.dataframe()
-    assert job.report.path == "spend: sweep, spend: sweep"
+    assert job.report.path == "guest_spend: sweep, host_spend: sweep"
     theirs = naive_backfill(join, spark)
     assert ours.columns == theirs.columns == [*left.columns, *join.output_columns()]
     assert ours.schema == theirs.schema  # the shared key and time come back as they were
@@ -151,7 +151,7 @@ def test_left_columns_of_other_types_ride_through_unchanged(spark: Any) -> None:
         tt.JoinPart(spend, prefix="user")])
     job = tt.BackfillJob(join, spark)
     ours = job.dataframe()
-    assert job.report.path == "spend: sweep, spend: sweep"
+    assert job.report.path == "guest_spend: sweep, user_spend: sweep"
     theirs = naive_backfill(join, spark)
     assert ours.schema == theirs.schema
     assert ours.schema["guest_id"].dataType == left.schema["guest_id"].dataType

@@ -81,6 +81,15 @@ class JoinPart:
         """Return the part's output columns, prefixed."""
         return self.group_by.output_columns(self.prefix)
 
+    @property
+    def label(self) -> str:
+        """The part's name in reports: ``{prefix}_{group_by}``, as its columns begin.
+
+        The GroupBy's name alone without a prefix; two parts of one GroupBy differ by theirs.
+        """
+        name = self.group_by.name
+        return name if self.prefix is None else f"{self.prefix}_{name}"
+
 
 @dataclass(frozen=True)
 class Join:

@@ -158,7 +158,7 @@ class BackfillJob:
         with self.report.stage("find snapshot days"):
             self._check_snapshots(strict)
         self._paths = self._choose_executors()
-        self.report.path = ", ".join(f"{part.part.group_by.name}: {path}"
+        self.report.path = ", ".join(f"{part.part.label}: {path}"
                                      for part, path in zip(self.plan.parts, self._paths,
                                                            strict=True))
 
@@ -234,7 +234,7 @@ class BackfillJob:
             rows = left.where(day.isin(sorted(missing))).count()
             listed = [ms_to_iso((d - 1) * DAY_MS)[:10] for d in sorted(missing)]
             message = (
-                f"{part.part.group_by.name} ({part.tables.source.label}): no snapshot "
+                f"{part.part.label} ({part.tables.source.label}): no snapshot "
                 f"partition for {len(missing)} day(s) ({', '.join(listed[:5])}"
                 f"{', …' if len(listed) > 5 else ''}), so the features of {rows:,} left rows "
                 "on the days after are null")

@@ -65,7 +65,8 @@ class JobReport:
 
     Attributes:
         job: the Join's name.
-        path: which executor ran.
+        path: which executor ran each part, as ``part: executor`` pairs, the part named
+            by :attr:`~timetile.api.join.JoinPart.label` (``guest_spend: sweep, ...``).
         sources: row counts per source.
         stage_seconds: wall time per named stage, in order.
         notes: anything else worth telling the user.

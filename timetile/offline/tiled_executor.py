@@ -453,8 +453,10 @@ def _stored_partials(layout: TiledLayout, plan: PartPlan, events: DataFrame,
 
     if landed:
         store.write(computed(landed).withColumn(EPOCH_DAY, epoch_day(F.col(HOP))))
-    options.notes.append(
-        f"{name}: hop partials of {len(days) - len(missing)} days reused, {len(landed)} "
+    said = f"{plan.part.label}: hop partials of "
+    options.notes[:] = [note for note in options.notes if not note.startswith(said)]
+    options.notes.append(  # this build's, in place of an earlier build's (a new dataframe())
+        f"{said}{len(days) - len(missing)} days reused, {len(landed)} "
         f"computed and stored, in {store.location}"
         + (f"; {len(unlanded)} days computed but not stored, as they may still be landing "
            f"(from {day_label(unlanded[0])})" if unlanded else ""))
@@ -497,9 +499,8 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
 
     # Stage 1: hop pass over events and head/edge requests, by (key, hop).
     largest = spark.sparkContext.accumulator((0, ""), LargestGroup())
-    label = plan.part.group_by.name if plan.part.prefix is None else (
-        f"{plan.part.prefix}_{plan.part.group_by.name}")
-    options.gauges[f"largest (key, hop) group of {label}"] = largest_group_gauge(largest)
+    options.gauges[f"largest (key, hop) group of {plan.part.label}"] = largest_group_gauge(
+        largest)
     if options.partials_path is None:
         # Stage 1 feeds both stage 2 (partials) and stage 3 (scans): keep it, so that Spark
         # does not run the heaviest stage twice. Spark drops it under memory pressure.
