@@ -6,10 +6,12 @@ never decrease with the query time), found by binary search. Then
 
 - ``count``: a difference of prefix counts, exact;
 - ``sum``, ``avg``: differences of double-double prefix sums of the finite values, with NaN,
-  +inf and −inf counted apart so that they combine as Spark's sum does. Each window's error is
-  bounded from the prefixes' sizes; a window whose bound is not far below 1e-12 of its sum
-  (huge magnitudes, or a prefix that overflowed) is summed again exactly, so results are
-  correctly rounded to well within the 1e-9 the oracle tests allow;
+  +inf and −inf counted apart so that they combine as Spark's sum does. The prefixes also
+  carry a bound of their rounding, so each window's exact sum is known to lie in a small
+  interval; where that interval does not round to a single double (a sum near a rounding
+  boundary, cancellation against a huge earlier value, a prefix that overflowed) the run is
+  summed again exactly. Every result is the exact sum correctly rounded, bit for bit what
+  :class:`~timetile.core.aggregators.counting.Sum` gives online;
 - ``min``, ``max``: a monotonic deque per key, O(events + queries), in Spark's order (NaN
   above every number: ``max`` is NaN when a NaN is in the window, ``min`` only when all are);
 - ``variance``, ``stddev``, ``skew``, ``kurtosis``: a segment tree of central moments,
@@ -62,13 +64,16 @@ def window_runs(event_times: Int64s, event_offsets: Int64s, query_offsets: Int64
 class FloatPrefixSums(NamedTuple):
     """Prefix sums of a column of doubles, from which :func:`window_sums` reads any run.
 
-    ``high + low`` is the double-double sum of the finite values before each index; ``nans``,
-    ``positive`` and ``negative`` count the NaN, +inf and -inf values before it. Each has
-    length n + 1.
+    ``high + low`` is the double-double sum of the finite values before each index, and
+    ``slack`` the sum of the magnitudes of the roundings in ``low`` (``high`` is exact: a
+    TwoSum chain), so the exact sum of a run ``[lo, hi)`` is within ``slack[hi] - slack[lo]``
+    of ``(high[hi] - high[lo]) + (low[hi] - low[lo])``. ``nans``, ``positive`` and
+    ``negative`` count the NaN, +inf and -inf values before each index. Each has length n + 1.
     """
 
     high: Floats
     low: Floats
+    slack: Floats
     nans: Int64s
     positive: Int64s
     negative: Int64s
@@ -80,14 +85,16 @@ def float_prefix_sums(values: Floats) -> FloatPrefixSums:
 
 
 @numba.njit(cache=True)
-def _prefix_double_double(values: Floats) -> tuple[Floats, Floats, Int64s, Int64s, Int64s]:
+def _prefix_double_double(values: Floats
+                          ) -> tuple[Floats, Floats, Floats, Int64s, Int64s, Int64s]:
     n = len(values)
     high = np.zeros(n + 1)
     low = np.zeros(n + 1)
+    slack = np.zeros(n + 1)
     nans = np.zeros(n + 1, dtype=np.int64)
     positive = np.zeros(n + 1, dtype=np.int64)
     negative = np.zeros(n + 1, dtype=np.int64)
-    s, c = 0.0, 0.0
+    s, c, bound = 0.0, 0.0, 0.0
     for i in range(n):
         x = values[i]
         nans[i + 1] = nans[i] + (1 if np.isnan(x) else 0)
@@ -95,14 +102,19 @@ def _prefix_double_double(values: Floats) -> tuple[Floats, Floats, Int64s, Int64
         negative[i + 1] = negative[i] + (1 if x == -np.inf else 0)
         if np.isfinite(x):
             s, error = two_sum(s, x)  # s + x = the new s + error, exactly
-            c += error
+            c, rounding = two_sum(c, error)
+            bound += abs(rounding)
         high[i + 1] = s
         low[i + 1] = c
-    return high, low, nans, positive, negative
+        slack[i + 1] = bound
+    return high, low, slack, nans, positive, negative
 
 
-#: Relative error above which a window's double-double sum is recomputed exactly.
-_SUM_TOLERANCE = 1e-12
+def _two_sums(a: Floats, b: Floats) -> tuple[Floats, Floats]:
+    """Elementwise ``a + b`` rounded, and each rounding error, exactly (TwoSum on arrays)."""
+    total = a + b
+    z = total - a
+    return total, (a - (total - z)) + (b - z)
 
 
 def window_sums(values: Floats, lows: Int64s, highs: Int64s,
@@ -110,8 +122,10 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s,
     """Spark's ``sum`` of each run ``values[lo:hi]`` of doubles (0.0 for empty runs).
 
     ``prefix`` is ``float_prefix_sums(values)``, computed here when not given: a caller with
-    several sets of runs over one column (one per window) passes it to each. O(q) with it,
-    plus the length of each run summed again exactly (see the module docstring).
+    several sets of runs over one column (one per window) passes it to each. Each sum is the
+    run's exact sum correctly rounded. O(q) with ``prefix``, plus the length of each run whose
+    sum lies too near a rounding boundary to tell from the prefixes, summed again exactly
+    (see the module docstring).
 
     >>> window_sums(np.array([1.0, np.inf, 2.0, np.nan]), np.array([0, 0, 2]), np.array([1, 3, 4]))
     array([ 1., inf, nan])
@@ -122,15 +136,25 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s,
     if prefix is None:
         prefix = float_prefix_sums(values)
     assert len(prefix.high) == len(values) + 1, "prefix sums of other values"
-    high, low, nans, positive, negative = prefix
+    high, low, slack, nans, positive, negative = prefix
     with np.errstate(invalid="ignore", over="ignore"):
-        finite = (high[highs] - high[lows]) + (low[highs] - low[lows])
-        # The low words are plain float sums: their rounding, and the high words' (2⁻¹⁰⁴
-        # relative), bound each window's error. Recompute where that is not negligible.
-        bound = 2.0**-52 * (np.abs(low[highs]) + np.abs(low[lows])) + 2.0**-104 * (
-            np.abs(high[highs]) + np.abs(high[lows]))
-        unsure = ~np.isfinite(finite) | ~(bound <= _SUM_TOLERANCE * np.abs(finite))
-    for query in np.flatnonzero(unsure & (highs > lows)):
+        # The run's exact sum is finite + remainder, give or take bound: the low words'
+        # roundings over the run (slack; 2⁻²⁰ of the prefix covers slack's own rounding up
+        # to 2³³ values), and those of the two additions into rest (the 2⁻⁵¹ term).
+        high_run, high_error = _two_sums(high[highs], -high[lows])
+        low_run, low_error = _two_sums(low[highs], -low[lows])
+        head, tail = _two_sums(high_run, low_run)
+        rest = tail + (high_error + low_error)
+        finite, remainder = _two_sums(head, rest)
+        bound = (slack[highs] - slack[lows]) + 2.0**-20 * slack[highs] + 2.0**-51 * (
+            np.abs(tail) + np.abs(high_error) + np.abs(low_error))
+        # Correctly rounded when the exact sum cannot leave the interval of reals that round
+        # to ``finite``: within half the narrower gap to its neighbours.
+        magnitude = np.abs(finite)
+        gap = np.minimum(np.spacing(magnitude), magnitude - np.nextafter(magnitude, 0.0))
+        exact = (bound == 0.0) & (remainder == 0.0)
+        sure = np.isfinite(finite) & (exact | (np.abs(remainder) + bound < gap / 2))
+    for query in np.flatnonzero(~sure & (highs > lows)):
         run = values[lows[query]:highs[query]]
         finite[query] = scaled_to_float(exact_float_sum(run[np.isfinite(run)]))
     has_nan = nans[highs] > nans[lows]
