@@ -101,7 +101,8 @@ def scaled_to_float(total: int) -> float:
 def two_sum(a: float, b: float) -> tuple[float, float]:
     """Return ``a + b`` rounded, and its rounding error, exactly (Knuth's TwoSum).
 
-    Compiled, so numba kernels inline it; from Python it is an ordinary call.
+    Compiled, so numba kernels inline it; from Python it is an ordinary call. It works
+    elementwise on arrays of doubles too (:mod:`timetile.core.kernels.sweep` uses it so).
 
     >>> two_sum(1e16, 1.0)
     (1e+16, 1.0)

@@ -29,7 +29,8 @@ of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, cast
 
 import numba
 import numpy as np
@@ -110,11 +111,8 @@ def _prefix_double_double(values: Floats
     return high, low, slack, nans, positive, negative
 
 
-def _two_sums(a: Floats, b: Floats) -> tuple[Floats, Floats]:
-    """Elementwise ``a + b`` rounded, and each rounding error, exactly (TwoSum on arrays)."""
-    total = a + b
-    z = total - a
-    return total, (a - (total - z)) + (b - z)
+#: :func:`two_sum`, elementwise on arrays (typed as such).
+_two_sums = cast(Callable[[Floats, Floats], tuple[Floats, Floats]], two_sum)
 
 
 def window_sums(values: Floats, lows: Int64s, highs: Int64s,
