@@ -147,7 +147,8 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s,
         bound = (slack[highs] - slack[lows]) + 2.0**-20 * slack[highs] + 2.0**-51 * (
             np.abs(tail) + np.abs(high_error) + np.abs(low_error))
         # Correctly rounded when the exact sum cannot leave the interval of reals that round
-        # to ``finite``: within half the narrower gap to its neighbours.
+        # to ``finite``: within half the narrower gap to its neighbours; or exactly ``finite``
+        # (the only sure case for a sum of 0.0, whose narrower gap is none).
         magnitude = np.abs(finite)
         gap = np.minimum(np.spacing(magnitude), magnitude - np.nextafter(magnitude, 0.0))
         exact = (bound == 0.0) & (remainder == 0.0)
