@@ -37,9 +37,9 @@ from timetile.testing import same_value
 
 SPECIAL = st.sampled_from([0.0, -0.0, 1.0, math.nan, math.inf, -math.inf, 1e200, -1e200])
 FAR = st.floats(-1.0, 1.0).map(lambda x: 1e9 + x)  # far from zero, a small spread
-# No magnitudes below 1e-40: powers of deviations that small underflow (skew divides by m2
-# cubed), and whether a run of them is constant (m2 exactly 0) then depends on the order of
-# the arithmetic.
+# No magnitudes below 1e-40: powers of deviations that small underflow (m4 below 1e-77, m3
+# below 1e-103), and whether a run of them is constant (m2 exactly 0) then depends on the
+# order of the arithmetic.
 NEAR = st.floats(-1e6, 1e6).filter(lambda x: x == 0.0 or abs(x) > 1e-40)
 VALUES = st.lists(NEAR | SPECIAL | FAR, max_size=60)
 RUNS = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), min_size=1, max_size=20)
@@ -136,3 +136,19 @@ def test_an_unknown_op_is_refused() -> None:
     moments = window_moments(moment_tree(np.array([1.0, 2.0])), np.array([0]), np.array([2]))
     with pytest.raises(ValueError, match="'mean' is not a moment op"):
         moment_results("mean", moments)
+
+
+@pytest.mark.parametrize("scale", [1e-60, 1e-100, 1e60, 1e100])
+def test_skew_where_the_cube_of_m2_leaves_the_double_range(scale: float) -> None:
+    """Spark's ``sqrt(m2 * m2 * m2)`` underflows to zero for values within 1e-52 of their
+    mean (Spark then divides by zero) and overflows beyond 1e51: skew read inf, or 0.0.
+    Skew is the same at every scale, in the core and in the sweep's tree alike."""
+    values = np.array([0.94, -1.4, -0.68, 2.0, 0.31, 0.05])
+    expected = exact_shape("skew", values)
+    scaled = values * scale
+    tree = moment_tree(scaled)
+    lows, highs = runs_of([(0, len(values))], len(values))
+    swept, null = moment_results("skew", window_moments(tree, lows, highs))
+    assert not null[0]
+    for found in (core_result("skew", scaled), float(swept[0])):
+        assert found == pytest.approx(expected, rel=1e-12)

@@ -80,18 +80,21 @@ def test_redis_stream_equals_backfill(world: World, spark: Any, redis_url: str, 
 def test_entries_that_cannot_be_read_whole_are_unusable(world: World, spark: Any, *,
                                                          redis_url: str, tmp_path: Path,
                                                          layout: str, where: str | None) -> None:
-    """Bytes that are not UTF-8 must not fail the batch (and every restart), and a JSON
-    value of the wrong type, or no JSON field at all, must not be written as null: each
-    counts as unusable, as the file source counts such lines, also past a ``where`` that
-    drops null amounts."""
+    """Bytes that are not UTF-8 must not fail the batch (and every restart), and a value of
+    the wrong type (a JSON value, or a field's text its column cannot read), or no JSON field
+    at all, must not be written as null: each counts as unusable, as the file source counts
+    such lines, also past a ``where`` that drops null amounts."""
     normal = next(row for row in world.rows if row["ts"] is not None
                   and row["user_id"] is not None and row["amount"] is not None)
     good = entry({**normal, "amount": abs(normal["amount"]) + 1.0}, layout)
     not_utf8: dict[str, Any] = ({**good, "amount": b"\xe9"} if layout == "fields" else
                                 {"json": good["json"].encode()[:-1] + b', "x": "\xe9"}'})
     bad = [not_utf8]
+    bad.append(entry({**normal, "amount": "abc"}, layout))
     if layout == "json":
-        bad += [entry({**normal, "amount": "abc"}, layout), {"other": "{}"}]
+        bad.append({"other": "{}"})
+    else:  # text a bigint cannot read; the JSON reader refuses 7.0 for a bigint too
+        bad.append({**good, "user_id": f"{normal['user_id']}.0"})
     key = f"unreadable-{layout}"
     with redis.Redis.from_url(redis_url) as client:
         client.delete(key)
@@ -120,6 +123,23 @@ def test_a_timestamp_field_reads_epoch_milliseconds_and_iso_text(spark: Any) -> 
     frame = spark.createDataFrame([(text,) for text in texts], "t string")
     read = frame.select(F.unix_millis(read_text(F.col("t"), T.TimestampType()))).collect()
     assert [row[0] for row in read] == [1704240000010, 1704240000010, -5, None, None, None, None]
+
+
+def test_a_timestamp_ntz_field_holds_the_utc_wall_clock_of_text_with_an_offset(
+        spark: Any) -> None:
+    """Spark's cast to ``timestamp_ntz`` drops an offset: 08:30+05:30 (03:00 UTC) was
+    written at 08:30, five and a half hours from where the batch side holds it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from timetile.streaming.file_source import read_text
+
+    texts = ["2024-01-03T08:30:00+05:30", "2024-01-03T03:00:00", "2024-01-03T03:00:00Z",
+             "2024-01-02T22:00:00-05:00", "1704250800000", "abc"]
+    frame = spark.createDataFrame([(text,) for text in texts], "t string")
+    wall = read_text(F.col("t"), T.TimestampNTZType())
+    read = frame.select(wall.cast("string")).collect()
+    assert [row[0] for row in read] == ["2024-01-03 03:00:00"] * 5 + [None]
 
 
 @pytest.mark.parametrize("start", ["$", "0-x", "-1", ""])

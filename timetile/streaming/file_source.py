@@ -107,14 +107,16 @@ def read_text(text: Column, data_type: DataType) -> Column:
     """Read a field's text as ``data_type``, null where it does not parse.
 
     A timestamp reads digits as epoch milliseconds (those a timestamp's microseconds hold),
-    and other text as Spark casts it (in a UTC session: :func:`text_schema`).
+    and other text as Spark casts it to an instant (in a UTC session: :func:`text_schema`),
+    its offset or zone honoured: a ``timestamp_ntz`` then holds the instant's UTC wall clock,
+    as the batch side reads one, where Spark's own cast would drop the offset.
     """
     if _is_timestamp(data_type):
         millis = text.try_cast("long")
         held = millis.between(-_TIMESTAMP_MILLIS, _TIMESTAMP_MILLIS)
         return F.when(text.rlike("^-?[0-9]+$"), F.when(
             held, F.timestamp_millis(millis).try_cast(data_type))).otherwise(
-            text.try_cast(data_type))
+            text.try_cast(TimestampType()).try_cast(data_type))
     return text.try_cast(data_type)
 
 

@@ -32,6 +32,8 @@ limits and ``Trigger.AvailableNow`` for Python sources).
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -274,9 +276,18 @@ class RedisStreamSource:
                                 F.when(F.col("_tt_event").isNull(),
                                        F.coalesce(F.col("_tt_text"), F.lit("")))
                                 .otherwise(F.col("_tt_event").getField(CORRUPT)).alias(CORRUPT))
-        return raw.select(*[read_text(fields.getItem(f.name), f.dataType).alias(f.name)
-                            for f in schema.fields],
-                          F.when(fields.isNull(), F.lit("")).alias(CORRUPT))
+        texts = [fields.getItem(f.name) for f in schema.fields]
+        values = [read_text(text, f.dataType) for text, f in zip(texts, schema.fields,
+                                                                  strict=True)]
+        # a field that holds text its column's type cannot read (abc for a double, 7.0 for
+        # a bigint) makes the entry unusable, as a wrong-typed JSON value does: not a null
+        unread = functools.reduce(operator.or_, [text.isNotNull() & value.isNull()
+                                                 for text, value in zip(texts, values,
+                                                                        strict=True)])
+        return raw.select(*[value.alias(f.name) for value, f in zip(values, schema.fields,
+                                                                    strict=True)],
+                          F.when(fields.isNull(), F.lit(""))
+                          .when(unread, F.to_json(fields)).alias(CORRUPT))
 
     def describe(self) -> str:
         """Name the source in logs and messages (without a password)."""

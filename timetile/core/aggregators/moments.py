@@ -26,15 +26,19 @@ Finite data whose powers leave the double range (``|x|`` beyond about ``1e154`` 
 ``1e77`` for ``m4``) overflows as in Spark: the mean stays finite even when the sum would not,
 so ``m2`` (a sum of non-negative terms) becomes +inf and ``variance`` inf; ``m3``/``m4`` may
 become inf or NaN, and ``skew``/``kurtosis`` then need not match Spark's choice between the two.
+``skew`` divides by :func:`skew_spread`, finite where Spark's ``m2**3`` is not (deviations
+below about 1e-52 or beyond 1e51); ``kurtosis`` of deviations below about 1e-77, whose ``m4``
+underflows, is NaN (Spark divides by zero there).
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, overload
 
 import numba
 import numpy as np
+import numpy.typing as npt
 
 from timetile.core.aggregators import codec
 from timetile.core.aggregators.base import Aggregator, Times, Values
@@ -42,6 +46,8 @@ from timetile.core.aggregators.exact import two_sum
 from timetile.core.aggregators.ordering import canonical_float
 from timetile.core.types import ResultType, ValueType
 
+#: The smallest normal double: below it a product has lost bits.
+_TINY = float(np.finfo(np.float64).tiny)
 #: The finite part of a state, as :func:`merge_moments` takes it: the count, the mean's high
 #: and low words, and ``m2``, ``m3``, ``m4``.
 Moments = tuple[int, float, float, float, float, float]
@@ -159,6 +165,33 @@ def _combine(a: MomentState, b: MomentState) -> MomentState:
     finite_a: Moments = (a.n, a.mean, a.mean_low, a.m2, a.m3, a.m4)
     finite_b: Moments = (b.n, b.mean, b.mean_low, b.m2, b.m3, b.m4)
     return MomentState(*merge_moments(finite_a, finite_b), a.nonfinite + b.nonfinite)
+
+
+@overload
+def skew_spread(m2: float) -> float: ...
+@overload
+def skew_spread(m2: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]: ...
+def skew_spread(m2: float | npt.NDArray[np.float64]) -> float | npt.NDArray[np.float64]:
+    """Return the denominator of ``skew``, ``m2 ** 1.5``: of one ``m2``, or elementwise.
+
+    Spark's ``sqrt(m2 * m2 * m2)`` (its last bits) while ``m2 ** 3`` is a normal double, and
+    ``m2 * sqrt(m2)`` beyond, where Spark's form underflows to zero (values within about
+    1e-52 of their mean) or overflows (beyond about 1e51) and Spark divides by zero (an
+    error) or by inf (0.0). O(1) per value; a float stays a float (a fetch finalizes one
+    state at a time).
+
+    >>> skew_spread(4.0), skew_spread(1e-120) / 1e-180, skew_spread(np.array([4.0])).tolist()
+    (8.0, 1.0, [8.0])
+    """
+    if isinstance(m2, float):
+        cubed = m2 * m2 * m2
+        return math.sqrt(cubed) if _TINY <= cubed < math.inf else m2 * math.sqrt(m2)
+    with np.errstate(all="ignore"):
+        cubed_array = m2 * m2 * m2
+        normal = (cubed_array >= _TINY) & (cubed_array < np.inf)
+        spread: npt.NDArray[np.float64] = np.where(normal, np.sqrt(cubed_array),
+                                                   m2 * np.sqrt(m2))
+    return spread
 
 
 def _ieee_divide(numerator: float, denominator: float) -> float:
@@ -290,7 +323,10 @@ class _StandardizedMoment(_Moments):
 
 
 class Skew(_StandardizedMoment):
-    """Skewness ``sqrt(n) * m3 / sqrt(m2**3)``, Spark's ``skewness``; None for constant data.
+    """Skewness ``sqrt(n) * m3 / m2**1.5``, Spark's ``skewness``; None for constant data.
+
+    The denominator is :func:`skew_spread`'s: Spark's bits, and a finite answer where
+    Spark's ``m2**3`` leaves the double range.
 
     >>> agg = Skew(ValueType.FLOAT)
     >>> agg.finalize(agg.fold(np.array([1.0, 2.0]), np.zeros(2, dtype=np.int64)))
@@ -300,8 +336,7 @@ class Skew(_StandardizedMoment):
     op: ClassVar[str] = "skew"
 
     def _shape(self, state: MomentState) -> float:
-        m2 = state.m2
-        return _ieee_divide(math.sqrt(state.n) * state.m3, math.sqrt(m2 * m2 * m2))
+        return _ieee_divide(math.sqrt(state.n) * state.m3, skew_spread(float(state.m2)))
 
 
 class Kurtosis(_StandardizedMoment):

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from timetile.core.aggregators.moments import Moments, merge_moments
+from timetile.core.aggregators.moments import Moments, merge_moments, skew_spread
 from timetile.core.aggregators.ordering import canonical_array
 from timetile.core.kernels.sweep import Bools, Floats, Int64s
 
@@ -152,8 +152,9 @@ def moment_results(op: str, runs: RunMoments) -> tuple[Floats, Bools]:
     ``variance`` (Spark's ``var_samp``) and ``stddev``: null below two values, NaN with any
     NaN or ±inf, inf when the squares of finite values overflowed, else ``m2 / (n - 1)``.
     ``skew`` and ``kurtosis``: null without values, NaN with any NaN or ±inf, null for
-    constant data (``m2`` exactly 0), else ``sqrt(n) * m3 / m2**1.5`` and
-    ``n * m4 / m2**2 - 3`` with IEEE division. Results are canonical (no ``-0.0``, every NaN
+    constant data (``m2`` exactly 0), else ``sqrt(n) * m3 / m2**1.5`` (by
+    :func:`~timetile.core.aggregators.moments.skew_spread`) and ``n * m4 / m2**2 - 3`` with
+    IEEE division. Results are canonical (no ``-0.0``, every NaN
     the positive one), as the core's are. O(q), vectorized.
     """
     finite = (runs.sizes - runs.nonfinite).astype(np.float64)
@@ -165,7 +166,7 @@ def moment_results(op: str, runs: RunMoments) -> tuple[Floats, Bools]:
                 results = np.sqrt(results)
         elif op == "skew":
             null = (runs.sizes == 0) | ((runs.nonfinite == 0) & (runs.m2 == 0.0))
-            results = np.sqrt(finite) * runs.m3 / np.sqrt(runs.m2 * runs.m2 * runs.m2)
+            results = np.sqrt(finite) * runs.m3 / skew_spread(runs.m2)
         elif op == "kurtosis":
             null = (runs.sizes == 0) | ((runs.nonfinite == 0) & (runs.m2 == 0.0))
             results = finite * runs.m4 / (runs.m2 * runs.m2) - 3.0
