@@ -304,3 +304,27 @@ def test_table_identity(spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert table_identity(spark, "tt_identity_view") is None
     assert table_identity(spark, "tt_no_such_table") is None
     assert table_identity(spark, frame) is None
+
+
+def test_a_store_not_yet_written_is_not_read(spark: Any, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark logs a read of a missing path as a warning with a stack trace (under a cluster's
+    log level): a first run must ask whether the store exists instead."""
+    from pyspark.sql import SparkSession
+
+    from timetile.offline.partial_store import PartialStore
+    from timetile.spark.sources import path_exists
+
+    written = PartialStore(str(tmp_path / "written"))
+    spark.range(1).selectExpr("id AS epoch_day", "id AS value").write.partitionBy(
+        "epoch_day").parquet(written.location)
+    assert path_exists(spark, written.location) is True
+    assert written.stored_days(spark) == {0}
+
+    def no_reads(session: SparkSession) -> None:
+        raise AssertionError("a store that does not exist was read")
+
+    monkeypatch.setattr(SparkSession, "read", property(no_reads))
+    missing = PartialStore(str(tmp_path / "partials" / "spend" / "0123"))
+    assert path_exists(spark, missing.location) is False
+    assert missing.stored_days(spark) == set()

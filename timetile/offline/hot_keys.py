@@ -153,7 +153,7 @@ class KeySplit:
             largest = self.hot[0]
             lines.append(f"{name}: {self._listed(self.hot)} swept in chunks of time; the largest "
                          f"cut into {largest.chunks} chunks of "
-                         f"{format_duration(largest.chunk_ms)}")
+                         f"{_readable_duration(largest.chunk_ms)}")
         if self.whole:
             lines.append(f"{name}: {self._listed(self.whole)} swept whole, each in one task: their "
                          "rows lie too close in time to cut without copying their events "
@@ -335,6 +335,18 @@ def chunk_length(event_times: Sequence[int] | np.ndarray, query_times: Sequence[
         if rounded >= floor and chunk_load(events, queries, reach, rounded) <= budget:
             return rounded  # where it still fits
     return low
+
+
+def _readable_duration(millis: int) -> str:
+    """Write a chunk length exactly, and roughly in its largest unit where that is not exact.
+
+    >>> _readable_duration(2 * UNIT_MS["d"]), _readable_duration(562_064_000)
+    ('2d', '562064s (6.5d)')
+    """
+    exact = format_duration(millis)
+    unit, size = next(((unit, size) for unit, size in UNIT_MS.items() if size <= millis),
+                      ("s", UNIT_MS["s"]))
+    return exact if millis % size == 0 else f"{exact} ({millis / size:.1f}{unit})"
 
 
 def _round_units(length: int) -> list[int]:

@@ -22,6 +22,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from timetile.core.timeutil import DAY_MS, ms_to_iso
+from timetile.spark.sources import path_exists
 
 #: The partition column of stored partials: days since the epoch, UTC.
 EPOCH_DAY = "epoch_day"
@@ -47,6 +48,8 @@ class PartialStore:
 
     def stored_days(self, spark: SparkSession) -> set[int]:
         """Return the days already stored (a scan of the partition column only)."""
+        if path_exists(spark, self.location) is False:  # nothing stored yet
+            return set()
         try:
             frame = spark.read.parquet(self.location)
         except AnalysisException:  # nothing stored yet

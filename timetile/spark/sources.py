@@ -8,6 +8,7 @@ null or unparseable keep a null :data:`TIME`; callers count them and leave them 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -96,17 +97,39 @@ def table_identity(spark: SparkSession, table: object) -> str | None:
     return ".".join([found.catalog or "", *found.namespace, found.name])
 
 
+def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any] | None:
+    """Return Hadoop's file system of ``path`` and its ``Path``; None without a JVM to ask."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect
+        return None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()), hadoop_path
+
+
 def _qualified_path(spark: SparkSession, path: str) -> str:
     """Return ``path`` as Hadoop qualifies it: ``file:/work/ev`` for ``ev`` from ``/work``.
 
     As given where the session has no JVM to ask (Spark Connect).
     """
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:
+    found = _hadoop_path(spark, path)
+    if found is None:
         return path
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    filesystem = hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration())
+    filesystem, hadoop_path = found
     return str(filesystem.makeQualified(hadoop_path).toString())
+
+
+def path_exists(spark: SparkSession, path: str) -> bool | None:
+    """Whether ``path`` exists, as the session's file systems see it; None where unknown.
+
+    Unknown where the session has no JVM to ask (Spark Connect): read and catch instead.
+    Asking first spares a read of a missing path, which Spark logs as a warning with a stack
+    trace under a cluster's default log level.
+    """
+    found = _hadoop_path(spark, path)
+    if found is None:
+        return None
+    filesystem, hadoop_path = found
+    return bool(filesystem.exists(hadoop_path))
 
 
 #: Internal columns start with this; source columns may not.
