@@ -6,8 +6,8 @@ JVMs, each with its own Python workers, as a cluster does: what only local mode 
 Join is both examples' parts together (sweep, interval tree, entity parts, derivations) and a
 part of short windows, run once as ``auto`` with hot keys cut into chunks of time and once
 with stored hop partials (the tiled executor, whose partials the executors write); each
-output must equal, row for row and bit for bit, the backfill this test's own session
-computes with the same options.
+output must equal, row for row (as Spark compares rows: ``-0.0`` equals ``0.0``, NaN equals
+NaN), the backfill this test's own session computes with the same options.
 """
 
 from __future__ import annotations

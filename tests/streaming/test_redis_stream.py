@@ -119,10 +119,10 @@ def test_a_timestamp_field_reads_epoch_milliseconds_and_iso_text(spark: Any) -> 
     from timetile.streaming.file_source import read_text
 
     texts = ["1704240000010", "2024-01-03T00:00:00.010Z", "-5", "abc", "99999999999999999999",
-             "9223372036854775807", None]
+             "9223372036854775807", None, "08:30:00"]  # a time of day alone: no day to be on
     frame = spark.createDataFrame([(text,) for text in texts], "t string")
     read = frame.select(F.unix_millis(read_text(F.col("t"), T.TimestampType()))).collect()
-    assert [row[0] for row in read] == [1704240000010, 1704240000010, -5, None, None, None, None]
+    assert [row[0] for row in read] == [1704240000010, 1704240000010, -5] + [None] * 5
 
 
 def test_a_timestamp_ntz_field_holds_the_utc_wall_clock_of_text_with_an_offset(
@@ -135,11 +135,34 @@ def test_a_timestamp_ntz_field_holds_the_utc_wall_clock_of_text_with_an_offset(
     from timetile.streaming.file_source import read_text
 
     texts = ["2024-01-03T08:30:00+05:30", "2024-01-03T03:00:00", "2024-01-03T03:00:00Z",
-             "2024-01-02T22:00:00-05:00", "1704250800000", "abc"]
+             "2024-01-02T22:00:00-05:00", "1704250800000", "abc", "08:30:00"]
     frame = spark.createDataFrame([(text,) for text in texts], "t string")
     wall = read_text(F.col("t"), T.TimestampNTZType())
     read = frame.select(wall.cast("string")).collect()
-    assert [row[0] for row in read] == ["2024-01-03 03:00:00"] * 5 + [None]
+    assert [row[0] for row in read] == ["2024-01-03 03:00:00"] * 5 + [None, None]
+
+
+def test_text_its_column_cannot_read_marks_the_event_unusable(spark: Any) -> None:
+    """As a wrong-typed JSON value does, in both ways a source hands its columns over: every
+    column as text (Redis ``fields``), or typed but for the times (JSON)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from timetile.streaming.file_source import read_columns, read_text, read_texts
+
+    schema = T.StructType([T.StructField("seen", T.TimestampType()),
+                           T.StructField("amount", T.DoubleType())])
+    rows = [("2024-01-03T03:00:00Z", "1.5"), ("08:30:00", "1.5"), ("abc", None),
+            (None, "x"), (None, None)]
+    as_text = spark.createDataFrame(rows, "seen string, amount string")
+    columns, unread = read_columns([F.col("seen"), F.col("amount")], schema, read_text)
+    read = as_text.select(*columns, unread.alias("unread")).collect()
+    assert [row["unread"] for row in read] == [False, True, True, True, False]
+    assert read[0]["amount"] == 1.5
+    typed = as_text.select("seen", F.col("amount").try_cast("double").alias("amount"))
+    columns, unread = read_columns([F.col("seen"), F.col("amount")], schema, read_texts)
+    assert [row[0] for row in typed.select(unread).collect()] == [False, True, True, False,
+                                                                  False]
 
 
 @pytest.mark.parametrize("start", ["$", "0-x", "-1", ""])

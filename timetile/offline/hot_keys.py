@@ -342,11 +342,15 @@ def _readable_duration(millis: int) -> str:
 
     >>> _readable_duration(2 * UNIT_MS["d"]), _readable_duration(562_064_000)
     ('2d', '562064s (6.5d)')
+    >>> _readable_duration(59_999), _readable_duration(1)
+    ('59999ms (1.0m)', '1ms')
     """
     exact = format_duration(millis)
-    unit, size = next(((unit, size) for unit, size in UNIT_MS.items() if size <= millis),
-                      ("s", UNIT_MS["s"]))
-    return exact if millis % size == 0 else f"{exact} ({millis / size:.1f}{unit})"
+    for unit, size in sorted(UNIT_MS.items(), key=lambda item: -item[1]):
+        rough = round(millis / size, 1)
+        if rough >= 1.0:  # the largest unit that holds at least one, once rounded
+            return exact if millis % size == 0 else f"{exact} ({rough:.1f}{unit})"
+    return exact
 
 
 def _round_units(length: int) -> list[int]:

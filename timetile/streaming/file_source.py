@@ -9,10 +9,12 @@ be up to :data:`MAX_FILE_AGE` older than the newest file's.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,9 +116,12 @@ def read_text(text: Column, data_type: DataType) -> Column:
     if _is_timestamp(data_type):
         millis = text.try_cast("long")
         held = millis.between(-_TIMESTAMP_MILLIS, _TIMESTAMP_MILLIS)
+        # the cast to timestamp_ntz refuses a time of day alone (08:30:00), which the cast
+        # to timestamp would put on the day the batch runs
+        dated = text.try_cast(TimestampNTZType()).isNotNull()
         return F.when(text.rlike("^-?[0-9]+$"), F.when(
             held, F.timestamp_millis(millis).try_cast(data_type))).otherwise(
-            text.try_cast(TimestampType()).try_cast(data_type))
+            F.when(dated, text.try_cast(TimestampType()).try_cast(data_type)))
     return text.try_cast(data_type)
 
 
@@ -140,6 +145,23 @@ def read_texts(value: Column, data_type: DataType) -> Column:
     keys, values = data_type.keyType, data_type.valueType
     value = F.transform_keys(value, lambda key, _: read_texts(key, keys))
     return F.transform_values(value, lambda _, item: read_texts(item, values))
+
+
+def read_columns(found: Sequence[Column], schema: StructType,
+                 read: Callable[[Column, DataType], Column]) -> tuple[list[Column], Column]:
+    """Read each column of ``schema`` from what a source found for it, with ``read``.
+
+    Returns the columns, named, and whether any was given but could not be read (text its
+    column's type cannot read: ``abc`` for a double, ``08:30`` for a timestamp), which makes
+    the event unusable rather than a null. A timestamp nested in a struct, array or map that
+    cannot be read is a null in its place.
+    """
+    values = [read(column, f.dataType) for column, f in zip(found, schema.fields, strict=True)]
+    unread = functools.reduce(operator.or_, [column.isNotNull() & value.isNull()
+                                             for column, value in zip(found, values,
+                                                                      strict=True)],
+                              F.lit(False))
+    return [value.alias(f.name) for value, f in zip(values, schema.fields, strict=True)], unread
 
 
 @dataclass(frozen=True)
@@ -198,8 +220,10 @@ class FileSource:
             reader = reader.option("maxFilesPerTrigger", str(self.max_files_per_trigger))
         frame = reader.load(self.path)
         if self.format == "json":
-            frame = frame.select(*[read_texts(F.col(quote(f.name)), f.dataType).alias(f.name)
-                                   for f in wanted.fields], CORRUPT)
+            found = [F.col(quote(f.name)) for f in wanted.fields]
+            columns, unread = read_columns(found, wanted, read_texts)
+            frame = frame.select(*columns, F.coalesce(F.col(CORRUPT), F.when(
+                unread, F.to_json(F.struct(*found)))).alias(CORRUPT))
         return frame
 
     def describe(self) -> str:

@@ -32,8 +32,6 @@ limits and ``Trigger.AvailableNow`` for Python sources).
 
 from __future__ import annotations
 
-import functools
-import operator
 import re
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -55,7 +53,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from timetile.streaming.file_source import CORRUPT, read_text, read_texts, text_schema
+from timetile.streaming.file_source import (
+    CORRUPT,
+    read_columns,
+    read_text,
+    read_texts,
+    text_schema,
+)
 
 #: The name the data source is registered under.
 NAME = "timetile_redis_stream"
@@ -262,31 +266,25 @@ class RedisStreamSource:
             reader = reader.option("maxEntriesPerTrigger", str(self.max_entries_per_trigger))
         raw = reader.load()
         fields = F.col("fields")
-        # CORRUPT holds what could not be read: an entry that is not UTF-8 (null fields), a
-        # json field missing or of a wrong-typed value (the whole object), so it is counted
+        # CORRUPT holds what could not be read, so it is counted: an entry that is not UTF-8
+        # (null fields), a json field missing or of a wrong-typed value, or a field (a time
+        # in JSON) whose text its column's type cannot read (read_columns)
         read_as = text_schema(spark, schema, self.describe())  # times: the batch side's
         if self.layout == "json":
             text = fields.getItem(self.field)
             parsed = F.from_json(text, StructType([*read_as.fields,
                                                    StructField(CORRUPT, StringType())]),
                                  {"columnNameOfCorruptRecord": CORRUPT})
-            event = raw.select(parsed.alias("_tt_event"), text.alias("_tt_text"))
-            return event.select(*[read_texts(F.col("_tt_event").getField(f.name), f.dataType)
-                                  .alias(f.name) for f in schema.fields],
-                                F.when(F.col("_tt_event").isNull(),
-                                       F.coalesce(F.col("_tt_text"), F.lit("")))
-                                .otherwise(F.col("_tt_event").getField(CORRUPT)).alias(CORRUPT))
-        texts = [fields.getItem(f.name) for f in schema.fields]
-        values = [read_text(text, f.dataType) for text, f in zip(texts, schema.fields,
-                                                                  strict=True)]
-        # a field that holds text its column's type cannot read (abc for a double, 7.0 for
-        # a bigint) makes the entry unusable, as a wrong-typed JSON value does: not a null
-        unread = functools.reduce(operator.or_, [text.isNotNull() & value.isNull()
-                                                 for text, value in zip(texts, values,
-                                                                        strict=True)])
-        return raw.select(*[value.alias(f.name) for value, f in zip(values, schema.fields,
-                                                                    strict=True)],
-                          F.when(fields.isNull(), F.lit(""))
+            event = F.col("_tt_event")
+            columns, unread = read_columns([event.getField(f.name) for f in schema.fields],
+                                           schema, read_texts)
+            return raw.select(parsed.alias("_tt_event"), text.alias("_tt_text")).select(
+                *columns, F.when(event.isNull(), F.coalesce(F.col("_tt_text"), F.lit("")))
+                .otherwise(F.coalesce(event.getField(CORRUPT), F.when(unread, F.col("_tt_text"))))
+                .alias(CORRUPT))
+        columns, unread = read_columns([fields.getItem(f.name) for f in schema.fields], schema,
+                                       read_text)
+        return raw.select(*columns, F.when(fields.isNull(), F.lit(""))
                           .when(unread, F.to_json(fields)).alias(CORRUPT))
 
     def describe(self) -> str:

@@ -27,8 +27,9 @@ Finite data whose powers leave the double range (``|x|`` beyond about ``1e154`` 
 so ``m2`` (a sum of non-negative terms) becomes +inf and ``variance`` inf; ``m3``/``m4`` may
 become inf or NaN, and ``skew``/``kurtosis`` then need not match Spark's choice between the two.
 ``skew`` divides by :func:`skew_spread`, finite where Spark's ``m2**3`` is not (deviations
-below about 1e-52 or beyond 1e51); ``kurtosis`` of deviations below about 1e-77, whose ``m4``
-underflows, is NaN (Spark divides by zero there).
+below about 1e-52 or beyond 1e51), so it holds for deviations between about 1e-103 and 1e102,
+where ``m3`` under- or overflows; ``kurtosis`` between about 1e-77 and 1e77 (``m4``). Beyond,
+the answer is wrong, then NaN (Spark divides by zero below, or answers 0.0 above).
 """
 
 from __future__ import annotations
