@@ -158,8 +158,8 @@ def read_columns(found: Sequence[Column], schema: StructType,
     """
     values = [read(column, f.dataType) for column, f in zip(found, schema.fields, strict=True)]
     unread = functools.reduce(operator.or_, [column.isNotNull() & value.isNull()
-                                             for column, value in zip(found, values,
-                                                                      strict=True)],
+                                             for column, value in zip(found, values, strict=True)
+                                             if value is not column],  # read as it came
                               F.lit(False))
     return [value.alias(f.name) for value, f in zip(values, schema.fields, strict=True)], unread
 
