@@ -21,6 +21,7 @@ from timetile.cli import app
 from timetile.offline.backfill import EXECUTORS
 from timetile.offline.options import EXECUTOR_NAMES
 from timetile.online.store import open_store
+from timetile.spark.sources import literal_path
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -130,13 +131,16 @@ def test_backfill_writes_the_output_and_reports(
 def test_backfill_csv_writes_lists_as_json(
     runner: CliRunner, spark: SparkSession, data: Paths, tmp_path: Path
 ) -> None:
+    """Also where the output's name holds glob characters: the rows written are counted by
+    reading the output back, as named (it read as a pattern that matched nothing)."""
     defs = write_defs(tmp_path / "defs.py", data)
-    output = tmp_path / "out.csv"
+    output = tmp_path / "out[1]{a}.csv"
     result = runner.invoke(app, ["backfill", str(defs), "--start", "2024-01-02", "--end",
                                  "2024-01-02", "--output", str(output), "--format", "csv"],
                            env=ENV)
     assert result.exit_code == 0, result.output
-    rows = spark.read.option("header", True).csv(str(output)).collect()
+    assert f"wrote 2 rows to {output}" in " ".join(result.stdout.split())
+    rows = spark.read.option("header", True).csv(literal_path(str(output))).collect()
     assert [row["user_views_listing_id_last_k_7d"] for row in rows] == ["[11,10]", "[11,10]"]
 
 

@@ -177,6 +177,7 @@ def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, star
                  max_key_events: int = DEFAULT_MAX_KEY_EVENTS) -> BackfillResult:
     """Plan, count and write a backfill; Spark's executors write the output."""
     from timetile.offline.backfill import BackfillJob  # noqa: PLC0415  (loads the engine)
+    from timetile.spark.sources import literal_path  # noqa: PLC0415
 
     began = time.perf_counter()
     with progress.stage("plan, count input"):
@@ -188,7 +189,8 @@ def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, star
         writer.format(output_format.value).option("header", "true").save(output)
     job.release()
     seconds = time.perf_counter() - began
-    written = spark.read.format(output_format.value).option("header", "true").load(output)
+    written = (spark.read.format(output_format.value).option("header", "true")
+               .load(literal_path(output)))
     return BackfillResult(job.report, written, written.count(), seconds)
 
 

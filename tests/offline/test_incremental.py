@@ -79,6 +79,26 @@ def test_a_rerun_reuses_and_never_double_counts(spark: Any, tmp_path: Path) -> N
     assert first == second == rows(tt.backfill(join, spark, executor="reference"))
 
 
+def test_a_partials_path_is_read_as_named_not_as_a_pattern(spark: Any,
+                                                          tmp_path: Path) -> None:
+    """Spark reads a path holding ``[``, ``{``, ``*`` or ``?`` as a glob: the days stored
+    under ``p[1]`` were never found (every run recomputed them), and ``p*`` also read the
+    partials stored under a sibling ``pX`` (double counting)."""
+    events_table = random_events(200, 4, seed=15, days=2)
+    events = to_spark(spark, events_table)
+    queries = tt.EventSource(to_spark(spark, random_queries(events_table, 40, seed=16)))
+    join = tt.Join("globs", queries, [tt.GroupBy("spend", tt.EventSource(events), ["user_id"],
+                                                 AGGREGATIONS)])
+    expected = rows(tt.backfill(join, spark, executor="reference"))
+    for name in ("pX", "p*", "p[1]{a,b}?"):
+        store = str(tmp_path / name)
+        for run in ("first", "again"):
+            job = tt.BackfillJob(join, spark, partials_path=store)
+            assert rows(job.dataframe()) == expected, (name, run)
+        (note,) = [note for note in job.report.notes if "hop partials" in note]
+        assert note.startswith("spend: hop partials of 1 days reused, 0 computed"), (name, note)
+
+
 def test_a_changed_key_never_reads_stale_partials(spark: Any, tmp_path: Path) -> None:
     events = spark.createDataFrame([(1, 2, 10, 100.0), (1, 1, 20, 1.0)],
                                    "u long, v long, ts long, amount double")

@@ -22,7 +22,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from timetile.core.timeutil import DAY_MS, ms_to_iso
-from timetile.spark.sources import path_exists
+from timetile.spark.sources import literal_path, path_exists
 
 #: The partition column of stored partials: days since the epoch, UTC.
 EPOCH_DAY = "epoch_day"
@@ -51,7 +51,7 @@ class PartialStore:
         if path_exists(spark, self.location) is False:  # nothing stored yet
             return set()
         try:
-            frame = spark.read.parquet(self.location)
+            frame = spark.read.parquet(literal_path(self.location))
         except AnalysisException:  # nothing stored yet
             return set()
         # int(): the day reads back as text when the session infers no partition types
@@ -68,4 +68,4 @@ class PartialStore:
 
     def read(self, spark: SparkSession) -> DataFrame:
         """Every stored partial."""
-        return spark.read.parquet(self.location)
+        return spark.read.parquet(literal_path(self.location))

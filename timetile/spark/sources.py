@@ -7,6 +7,7 @@ null or unparseable keep a null :data:`TIME`; callers count them and leave them 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,6 +131,16 @@ def path_exists(spark: SparkSession, path: str) -> bool | None:
         return None
     filesystem, hadoop_path = found
     return bool(filesystem.exists(hadoop_path))
+
+
+def literal_path(path: str) -> str:
+    r"""Return ``path`` with Hadoop's glob characters escaped, so Spark reads it as named.
+
+    ``spark.read`` expands ``[``, ``{``, ``*``, ``?`` and ``\`` as a pattern: a folder
+    named ``p[1]`` reads as missing, and ``p*`` also reads its siblings. Writes take paths
+    as named, so a path timetile writes and reads back goes through this first.
+    """
+    return re.sub(r"([\\\[\]{}*?])", r"\\\1", path)
 
 
 #: Internal columns start with this; source columns may not.
