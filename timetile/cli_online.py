@@ -509,11 +509,21 @@ def stream(
 _FAILURE = re.compile(r"(StreamOwnershipError|LookupError|DefinitionError): (.+)")
 
 
+_UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[.\w]*\] (.+?)(?: SQLSTATE: \w+)?$",
+                              re.MULTILINE)
+
+
 def _stream_failure(error: Exception) -> str:
     """Return the user-facing reason of a failed streaming query, or its first line."""
     match = _FAILURE.search(str(error))
     if match is not None:
         return f"The stream stopped: {match.group(2).strip()}."
+    unreadable = _UNREADABLE_FILE.search(str(error))
+    if unreadable is not None:  # e.g. a Parquet column of another type than the schema's
+        return (f"The stream stopped at a file it cannot read: {unreadable.group(1).strip()} "
+                "No later file was read and nothing is lost. Fix: write that file again in "
+                "place, under the same name, with the source's types (the batch source's, or "
+                "--schema), then run the same command again: the stream goes on from it.")
     return f"The stream failed: {str(error).strip().splitlines()[0]}"
 
 

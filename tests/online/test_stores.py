@@ -21,6 +21,7 @@ import redis
 from timetile.online.lmdb_store import MAX_MEMBER, MAX_TABLES, LmdbStore
 from timetile.online.redis_store import RedisStore
 from timetile.online.store import KVStore, StoreUnavailable, Tile, open_store
+from timetile.streaming.sources import parse_source
 
 MIN, MAX = -(1 << 63), (1 << 63) - 1
 
@@ -380,6 +381,28 @@ def test_open_store_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis
             reader.multi_put("t", [(b"k", b"v")])
     with open_store(redis_url) as server:
         assert isinstance(server, RedisStore)
+
+
+def test_redis_urls_redis_py_would_misread_are_refused(redis_url: str) -> None:
+    """redis-py opened database 0 for ``/abc``, failed late with a TypeError on an unknown
+    option, and a database the server lacks raised its ResponseError; a password given as an
+    option was shown in messages."""
+    base = redis_url.rsplit("/", 1)[0]  # redis://127.0.0.1:PORT
+    for uri, message in [(f"{base}/abc", r"'/abc' is no database number. Fix: end the URL"),
+                         (f"{base}/1?foo=bar", r"unexpected keyword argument 'foo'. Fix: remove"),
+                         (f"{base}/1?socket_timeout=soon", r"'socket_timeout'.*Fix: give the "
+                                                           r"option a value of its type")]:
+        with pytest.raises(ValueError, match=message):
+            open_store(uri)
+        with pytest.raises(ValueError, match=message):
+            parse_source(f"{uri}{'&' if '?' in uri else '?'}stream=events")
+    with pytest.raises(StoreUnavailable, match=r"refused the connection \(DB index is out of "
+                       r"range\): check the URL's database number"):
+        open_store(f"{base}/99")
+    with pytest.raises(StoreUnavailable) as down:
+        open_store(f"redis://127.0.0.1:{_closed_port()}/0?password=s3cret")
+    assert "s3cret" not in str(down.value)
+    assert "password=***" in str(down.value)
 
 
 @pytest.mark.parametrize("uri", ["", "s3://bucket/x", "lmdb://host/x", "lmdb:", "ftp:x",

@@ -81,3 +81,42 @@ def test_stream_until_idle(spark: Any, tmp_path: Path) -> None:
     assert other.exit_code == 2
     assert "The stream stopped" in other.stderr
     assert "another streaming query" in other.stderr
+
+
+@pytest.mark.spark
+def test_a_parquet_file_of_other_types_stops_the_stream_until_written_again(
+        spark: Any, tmp_path: Path) -> None:
+    """Spark cannot read an int64 Parquet column as the schema's double: the stream stops
+    there, says which file and column and how to go on, and goes on once the file is
+    written again in place."""
+    table = tmp_path / "events"
+    table.mkdir()
+    pq.write_table(pa.table({"user_id": [1], "ts": [DAY_END - HOUR_MS], "amount": [1.0]}),
+                   table / "part-0.parquet")
+    defs = tmp_path / "defs.py"
+    defs.write_text(DEFS.format(table=str(table)))
+    store = f"lmdb:{tmp_path / 'store'}"
+    runner = CliRunner()
+    assert runner.invoke(app, ["upload", str(defs), "--ds", "2024-01-02", "--store", store],
+                         env=ENV).exit_code == 0
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    wrong = landing / "events-0001.parquet"  # pandas writes whole amounts as int64
+    pq.write_table(pa.table({"user_id": [1], "ts": [DAY_END + HOUR_MS], "amount": [4]}), wrong)
+    args = ["stream", str(defs), "--group-by", "clicks", "--source",
+            f"dir:{landing}?format=parquet", "--store", store, "--checkpoint",
+            str(tmp_path / "checkpoint"), "--until-idle"]
+    stopped = runner.invoke(app, args, env=ENV)
+    assert stopped.exit_code == 2, stopped.output
+    message = " ".join(stopped.stderr.split())
+    assert "The stream stopped at a file it cannot read" in message
+    assert "events-0001.parquet" in message
+    assert "Expected Spark type double, actual Parquet type INT64" in message
+    assert "Fix: write that file again in place" in message
+    assert "Traceback" not in stopped.output
+
+    pq.write_table(pa.table({"user_id": [1], "ts": [DAY_END + HOUR_MS], "amount": [4.0]}), wrong)
+    again = runner.invoke(app, args, env=ENV)
+    assert again.exit_code == 0, again.output
+    with open_store(store) as kv:
+        assert stream_totals(kv, "clicks").written == 1

@@ -362,3 +362,30 @@ def test_a_json_time_inside_a_struct_reads_as_the_batch_side_reads_it(
     with open_store(uri) as store:
         fetched = Fetcher(tt.Join("j", left, [sums]), store).fetch([{"user_id": 1}], at=at)
     assert fetched[0].features == {"nested_amount_sum_1h": 6.0}
+
+
+def test_a_raw_column_named_with_a_dot_streams_as_it_backfills(spark: Any,
+                                                                tmp_path: Path) -> None:
+    """``amount.usd`` is one column, not field ``usd`` of a struct ``amount``: the stream
+    failed to start (UNRESOLVED_COLUMN) where the backfill and the upload read it."""
+    at = DAY_END + HOUR_MS
+    batch = spark.createDataFrame([(1, DAY_END - HOUR_MS, 1.0)],
+                                  "user_id long, ts long, `amount.usd` double")
+    source = tt.EventSource(batch, select={"user_id": "user_id", "ts": "ts",
+                                           "amount": "`amount.usd`"})
+    sums = tt.GroupBy("dotted", source, ["user_id"],
+                      [tt.Aggregation("amount", "sum", windows=["1d"])])
+    uri = f"lmdb://{tmp_path / 'store'}"
+    upload(sums, spark, DS, uri)
+    files = write_files(tmp_path / "landing", [
+        {"user_id": 1, "ts": at - 10, "amount.usd": 2.0},
+        {"user_id": 1, "ts": at - 5, "amount.usd": "not a number"}], 1)
+    stream = stream_group_by(sums, spark, FileSource(str(files[0].parent)), uri,
+                             str(tmp_path / "checkpoint"), until_idle=True)
+    stream.await_termination()
+    assert (stream.totals.written, stream.totals.unusable) == (1, 1)
+    left = tt.EventSource(batch.select("user_id", "ts"))
+    join = tt.Join("j", left, [sums])
+    with open_store(uri) as store:
+        fetched = Fetcher(join, store).fetch([{"user_id": 1}], at=at)
+    assert fetched[0].features == {"dotted_amount_sum_1d": 3.0}

@@ -7,6 +7,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -121,6 +122,10 @@ def test_stream_source_uris() -> None:
     assert redis_source == RedisStreamSource("redis://:secret@host:6380/2?socket_timeout=3", "ev",
                                              "json", "json", 500, "5-0")
     assert "secret" not in redis_source.describe()
+    socket_source = parse_source("unix:///run/redis.sock?db=2&stream=ev")  # was unix:/run/...
+    assert socket_source.url == "unix:///run/redis.sock?db=2"
+    pool = redis.Redis.from_url(socket_source.url).connection_pool
+    assert (pool.connection_kwargs["path"], pool.connection_kwargs["db"]) == ("/run/redis.sock", 2)
     for bad, message in [("kafka://b/t", "unknown stream source"),
                          ("dir:", "names no directory"),
                          ("dir:x?format=csv", "use json or parquet"),

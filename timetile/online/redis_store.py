@@ -29,13 +29,17 @@ record loses features silently, and an evicted index leaves its tiles to no expi
 Scores are doubles, exact for tile starts up to 2**53 ms (285,000 years); past that the
 range bounds are widened by the rounding and the exact filter runs on the client.
 
-Errors: a refused connection, a timeout (2 s by default) or a server still loading raise
-:class:`~timetile.online.store.StoreUnavailable` naming the URL (password hidden) and the
-fix. The parser is hiredis when it is installed (redis-py picks it itself).
+Errors: a refused connection, a timeout (2 s by default), a server still loading or one
+without the URL's database raise :class:`~timetile.online.store.StoreUnavailable` naming
+the URL (password hidden) and the fix; a URL redis-py would misread (a database path that
+is no number, an option its connection does not take) raises ValueError before any
+connection (:func:`check_redis_url`). The parser is hiredis when it is installed (redis-py
+picks it itself).
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -82,6 +86,35 @@ def _nonempty(key: bytes) -> bytes:
     return key
 
 
+def check_redis_url(url: str) -> None:
+    """Raise ValueError naming the fix where redis-py would read ``url`` wrong or fail late.
+
+    redis-py opens database 0 for a path that is no number (``redis://host:6379/abc``), and
+    takes an unknown option (``?foo=1``) as an argument its connection refuses only when it
+    first connects, with a TypeError. Reads the URL only: nothing connects.
+
+    >>> check_redis_url("redis://cache:6379/prod")
+    Traceback (most recent call last):
+    ValueError: Redis URL redis://cache:6379/prod: '/prod' is no database number. Fix: end the URL with the number, e.g. redis://host:6379/0
+    """  # noqa: E501  (a doctest's output is one line)
+    parts = urllib.parse.urlsplit(url)
+    path = urllib.parse.unquote(parts.path).strip("/")
+    query = urllib.parse.parse_qs(parts.query)
+    if parts.scheme != "unix" and path and not path.isdigit() and "db" not in query:
+        raise ValueError(f"Redis URL {redacted_uri(url)}: {parts.path!r} is no database "
+                         "number. Fix: end the URL with the number, e.g. redis://host:6379/0")
+    try:
+        pool = redis.ConnectionPool.from_url(url)
+        pool.connection_class(**pool.connection_kwargs)  # the arguments' check; no connection
+    except TypeError as error:  # an option no connection takes
+        raise ValueError(f"Redis URL {redacted_uri(url)}: {error}. Fix: remove the option; "
+                         "redis-py's URL options are its connection's, e.g. "
+                         "?socket_timeout=5") from None
+    except ValueError as error:  # an option's value redis-py cannot read
+        raise ValueError(f"Redis URL {redacted_uri(url)}: {str(error).rstrip('.')}. Fix: "
+                         "give the option a value of its type, e.g. ?socket_timeout=5") from None
+
+
 class RedisStore(KVStore):
     """A :class:`~timetile.online.store.KVStore` on a Redis server.
 
@@ -98,6 +131,7 @@ class RedisStore(KVStore):
     """
 
     def __init__(self, url: str, *, timeout: float = 2.0, max_connections: int = 64) -> None:
+        check_redis_url(url)
         self.url = url
         self._pool: redis.ConnectionPool | None = redis.ConnectionPool.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout,
@@ -299,7 +333,12 @@ class RedisStore(KVStore):
     def ping(self) -> None:
         """Raise :class:`~timetile.online.store.StoreUnavailable` unless the server answers."""
         with self._guard() as client:
-            client.ping()
+            try:
+                client.ping()
+            except redis.ResponseError as error:  # e.g. a database the server does not have
+                raise StoreUnavailable(
+                    f"Redis at {redacted_uri(self.url)} refused the connection ({error}): "
+                    "check the URL's database number and options") from error
 
     def flush(self) -> None:
         """Delete every key of the URL's database (``FLUSHDB``), not only timetile's.

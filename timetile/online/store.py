@@ -119,8 +119,10 @@ def open_store(uri: str | os.PathLike[str]) -> KVStore:
     The backends are imported only when asked for.
 
     Raises:
-        ValueError: the URI names no known store.
-        StoreUnavailable: the store cannot be reached.
+        ValueError: the URI names no known store, or a Redis URL names no database number
+            or an option redis-py's connection does not take.
+        StoreUnavailable: the store cannot be reached, or refuses the connection (a
+            database number the server does not have).
 
     >>> open_store("s3://bucket/store")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -238,12 +240,22 @@ def check_table(table: str) -> str:
 def redacted_uri(uri: str) -> str:
     """Return ``uri`` with its password, if any, replaced by ``***``: for logs and messages.
 
+    A password is hidden in the URL's user part and in a ``password`` option (redis-py
+    reads both).
+
     >>> redacted_uri("redis://:s3cret@cache:6379/0"), redacted_uri("lmdb:/data/store")
     ('redis://:***@cache:6379/0', 'lmdb:/data/store')
+    >>> redacted_uri("redis://cache:6379/0?password=s3cret&db=1")
+    'redis://cache:6379/0?password=***&db=1'
     """
-    parts = urllib.parse.urlsplit(uri)
-    if parts.password is None:
-        return uri
-    netloc = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    head, mark, query = uri.partition("?")
+    if "password" in urllib.parse.parse_qs(query, keep_blank_values=True):
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        query = urllib.parse.urlencode([(name, "***" if name == "password" else value)
+                                        for name, value in pairs], safe="*")
+    parts = urllib.parse.urlsplit(head)
+    if parts.password is not None:
+        netloc = parts.netloc.rpartition("@")[2]
+        head = urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@"
+                                                              f"{netloc}"))
+    return head + mark + query

@@ -64,6 +64,7 @@ from timetile.spark.sources import (
     check_time_column,
     coarse_schema,
     project,
+    quote,
     read_table,
     time_millis,
 )
@@ -368,7 +369,7 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
     exempt = None
     if CORRUPT in raw.columns:  # a line the source could not read whole: all null, unusable
         exempt = MALFORMED  # and past the source's where, so that it is counted
-        raw = raw.select(*[F.when(F.col(CORRUPT).isNull(), F.col(column)).alias(column)
+        raw = raw.select(*[F.when(F.col(CORRUPT).isNull(), F.col(quote(column))).alias(column)
                            for column in raw.columns if column != CORRUPT],
                          F.col(CORRUPT).isNotNull().alias(MALFORMED))
     if isinstance(source, EntitySource):
@@ -419,7 +420,7 @@ def _nulled_where_malformed(frame: DataFrame) -> DataFrame:
     """
     if MALFORMED not in frame.columns:
         return frame
-    return frame.select(*[F.when(~F.col(MALFORMED), F.col(column)).alias(column)
+    return frame.select(*[F.when(~F.col(MALFORMED), F.col(quote(column))).alias(column)
                           for column in frame.columns if column != MALFORMED])
 
 

@@ -244,6 +244,9 @@ class RedisStreamSource:
     start_id: str = _START
 
     def __post_init__(self) -> None:
+        from timetile.online.redis_store import check_redis_url  # noqa: PLC0415  (lazy redis)
+
+        check_redis_url(self.url)
         if self.layout not in LAYOUTS:
             raise ValueError(f"Redis stream layout {self.layout!r}: use {' or '.join(LAYOUTS)}")
         if not self.stream:

@@ -72,7 +72,8 @@ def parse_source(uri: str) -> FileSource | RedisStreamSource:
         ours = {"stream", "layout", "field", "maxEntriesPerTrigger", "startId"}
         options = _options(uri, urllib.parse.urlencode([p for p in pairs if p[0] in ours]), ours)
         rest_query = urllib.parse.urlencode([p for p in pairs if p[0] not in ours])
-        url = urllib.parse.urlunsplit(parts._replace(query=rest_query))
+        # not urlunsplit: it writes unix:///run/r.sock as unix:/run/r.sock, which redis-py refuses
+        url = uri.partition("?")[0] + (f"?{rest_query}" if rest_query else "")
         if "stream" not in options:
             raise ValueError(f"stream source {uri!r} names no stream: add ?stream=KEY")
         return RedisStreamSource(url, options["stream"], options.get("layout", "fields"),
