@@ -322,6 +322,24 @@ def test_percentile_rank_bounds(spark: Any, sources: tuple[tt.EventSource, tt.Ev
     assert not percentiles_within([1.0], None)
 
 
+def test_percentiles_finer_than_sparks_decimals(spark: Any,
+                                                sources: tuple[tt.EventSource, tt.EventSource]
+                                                ) -> None:
+    """A percentile of more than 38 decimal places (``1e-40``) failed the oracle with
+    DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION; its nearest rank is 1, as the engine says."""
+    events, left = sources
+    part = tt.GroupBy("p", events, ["user_id"], [
+        tt.Aggregation("amount", "approx_percentile", percentiles=[1e-40, 1e-25 / 3, 1.0],
+                       windows=[W10])])
+    join = tt.Join("fine", left, [part])
+    rows = _by_label(naive_backfill(join, spark).collect())
+    assert rows["q10"]["p_amount_approx_percentile_10ms"] == [1.0, 1.0, 5.0]
+    bounds = _by_label(percentile_rank_bounds(join, spark, 0.25).collect())
+    found = bounds["q10"]["p_amount_approx_percentile_10ms"]
+    assert [b["lo"] for b in found] == [1.0, 1.0, 3.0]
+    assert percentiles_within([1.0, 1.0, 5.0], [_Bound(**b) for b in found])
+
+
 class _Bound:
     def __init__(self, lo: float, hi: float) -> None:
         self.lo, self.hi = lo, hi

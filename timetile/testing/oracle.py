@@ -141,7 +141,8 @@ def percentile_rank_bounds(
 
     Each such column holds, per percentile p in order, ``struct(lo, hi)`` (see
     :func:`percentile_bounds_op`): the values a sketch with normalized rank error
-    ``epsilon`` may return (ε ≈ 0.0165 for KLL with k = 200, at 99% confidence). Compare
+    ``epsilon`` may return (:data:`~timetile.core.aggregators.sketches.KLL_RANK_ERROR`,
+    0.0133, for KLL with k = 200, at 99% confidence). Compare
     an engine's answer with :func:`percentiles_within`. Every other column is as in
     :func:`naive_backfill`.
     """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from timetile.api import Window
 from timetile.core.windows import WindowKind
@@ -17,6 +17,8 @@ from timetile.core.windows import WindowKind
 _QUERY_TIME = "_tt_q"  # the query's time, as in the left rows
 _AT = "_tt_at"  # the query's as-of time: q, floored to the day (SNAPSHOT) and the period
 _EVENT_TIME = "_tt_t"
+_PLACES = Decimal("1e-38")  # the smallest step of Spark's widest decimal
+_FINEST = -38  # its exponent
 
 
 def _query_key(index: int) -> str:
@@ -112,6 +114,8 @@ def percentile_bounds_op(epsilon: float) -> SqlOp:
     and ``hi = s[clamp(ceil((p + ε)·n) + 1)]``, indices clamped to ``[1, n]``. Any data item
     whose normalized rank is within ε of p lies in ``[lo, hi]`` whichever rank convention
     (inclusive or exclusive) the sketch uses: the bounds are one item generous on each side.
+    A percentile finer than about ``1e-27`` loses its last places in Spark's decimal product
+    (which keeps 27 there), so its ``hi`` may be that one item less generous.
     """
     eps = _decimal(epsilon)
     at = "element_at(sort_array({a}), CAST(least(size({a}), greatest(1, {i})) AS INT))"
@@ -122,8 +126,19 @@ def percentile_bounds_op(epsilon: float) -> SqlOp:
 
 
 def _decimal(number: float) -> str:
-    """Write a float as an exact SQL decimal literal (``0.3``, never ``3e-01``)."""
-    return format(Decimal(repr(float(number))), "f")
+    """Write a float as an SQL decimal literal (``0.3``, never ``3e-01``), exact to 38 places.
+
+    Spark's decimals hold 38 digits: a fraction with more (``1e-40``) is rounded up to 38
+    places, which keeps it above zero and moves ``p * n`` by less than ``1e-19`` for any
+    count ``n`` below 2**63.
+
+    >>> _decimal(0.3), _decimal(1e-40)
+    ('0.3', '0.00000000000000000000000000000000000001')
+    """
+    exact = Decimal(repr(float(number)))
+    places = exact.as_tuple().exponent  # a str for NaN and the infinities
+    fine = isinstance(places, int) and places < _FINEST
+    return format(exact.quantize(_PLACES, rounding=ROUND_CEILING) if fine else exact, "f")
 
 
 #: ``[start, end)`` of each window kind as SQL over ``{q}`` (the time the window ends at),
