@@ -348,20 +348,13 @@ def test_a_json_time_inside_a_struct_reads_as_the_batch_side_reads_it(
                                            "amount": "payload.amount"})
     sums = tt.GroupBy("nested", source, ["user_id"],
                       [tt.Aggregation("amount", "sum", windows=["1h"])])
-    uri = f"lmdb://{tmp_path / 'store'}"
-    upload(sums, spark, DS, uri)
-    files = write_files(tmp_path / "landing", [
+    left = tt.EventSource(batch.select("user_id", F.col("payload.ts").alias("ts")))
+    totals, features = streamed_then_fetched(spark, tmp_path, sums, left, [
         {"user_id": 1, "payload": {"ts": at - 10, "amount": 2.0}},
         {"user_id": 1, "payload": {"ts": "2024-01-03T00:59:59", "amount": 4.0}},
-        {"user_id": 1, "payload": None}], 1)
-    stream = stream_group_by(sums, spark, FileSource(str(files[0].parent)), uri,
-                             str(tmp_path / "checkpoint"), until_idle=True)
-    stream.await_termination()
-    assert (stream.totals.written, stream.totals.unusable) == (2, 1)
-    left = tt.EventSource(batch.select("user_id", F.col("payload.ts").alias("ts")))
-    with open_store(uri) as store:
-        fetched = Fetcher(tt.Join("j", left, [sums]), store).fetch([{"user_id": 1}], at=at)
-    assert fetched[0].features == {"nested_amount_sum_1h": 6.0}
+        {"user_id": 1, "payload": None}], at=at)
+    assert (totals.written, totals.unusable) == (2, 1)
+    assert features == {"nested_amount_sum_1h": 6.0}
 
 
 def test_a_raw_column_named_with_a_dot_streams_as_it_backfills(spark: Any,
@@ -375,17 +368,25 @@ def test_a_raw_column_named_with_a_dot_streams_as_it_backfills(spark: Any,
                                            "amount": "`amount.usd`"})
     sums = tt.GroupBy("dotted", source, ["user_id"],
                       [tt.Aggregation("amount", "sum", windows=["1d"])])
+    totals, features = streamed_then_fetched(
+        spark, tmp_path, sums, tt.EventSource(batch.select("user_id", "ts")), [
+            {"user_id": 1, "ts": at - 10, "amount.usd": 2.0},
+            {"user_id": 1, "ts": at - 5, "amount.usd": "not a number"}], at=at)
+    assert (totals.written, totals.unusable) == (1, 1)
+    assert features == {"dotted_amount_sum_1d": 3.0}
+
+
+def streamed_then_fetched(spark: Any, tmp_path: Path, group_by: tt.GroupBy,
+                          left: tt.EventSource, rows: list[dict[str, Any]], *, at: int
+                          ) -> tuple[Any, dict[str, Any]]:
+    """Upload day DS, stream ``rows`` landed as one file until idle, and fetch user 1 at
+    ``at``: the stream's totals and the fetched features."""
     uri = f"lmdb://{tmp_path / 'store'}"
-    upload(sums, spark, DS, uri)
-    files = write_files(tmp_path / "landing", [
-        {"user_id": 1, "ts": at - 10, "amount.usd": 2.0},
-        {"user_id": 1, "ts": at - 5, "amount.usd": "not a number"}], 1)
-    stream = stream_group_by(sums, spark, FileSource(str(files[0].parent)), uri,
+    upload(group_by, spark, DS, uri)
+    files = write_files(tmp_path / "landing", rows, 1)
+    stream = stream_group_by(group_by, spark, FileSource(str(files[0].parent)), uri,
                              str(tmp_path / "checkpoint"), until_idle=True)
     stream.await_termination()
-    assert (stream.totals.written, stream.totals.unusable) == (1, 1)
-    left = tt.EventSource(batch.select("user_id", "ts"))
-    join = tt.Join("j", left, [sums])
     with open_store(uri) as store:
-        fetched = Fetcher(join, store).fetch([{"user_id": 1}], at=at)
-    assert fetched[0].features == {"dotted_amount_sum_1d": 3.0}
+        fetched = Fetcher(tt.Join("j", left, [group_by]), store).fetch([{"user_id": 1}], at=at)
+    return stream.totals, fetched[0].features
