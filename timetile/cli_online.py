@@ -465,10 +465,12 @@ def stream(
         field, chosen = found[group_by]
         try:
             parsed = parse_source(source)
+        except ValueError as error:
+            raise CliError(f"--source: {error}.") from None
+        try:
             allowed = lateness_ms(lateness)
         except ValueError as error:
-            option = "--source" if "source" in str(error) else "--lateness"
-            raise CliError(f"{option}: {error}.") from None
+            raise CliError(f"--lateness: {error}.") from None
         pattern = parsed.path if isinstance(parsed, FileSource) else ""
         folder = local_path(pattern) if pattern and not any(c in pattern for c in "*?[{") \
             else None

@@ -71,6 +71,14 @@ def test_stream_until_idle(spark: Any, tmp_path: Path) -> None:
     bad = runner.invoke(app, [*args[:5], "kafka://broker/topic", *args[6:]], env=ENV)
     assert bad.exit_code == 2
     assert "--source: unknown stream source" in bad.stderr
+    misread = runner.invoke(app, [*args[:5], "redis://127.0.0.1:6379/events?stream=s",
+                                  *args[6:]], env=ENV)  # was named --lateness
+    assert misread.exit_code == 2
+    assert "--source: Redis URL redis://127.0.0.1:6379/events: '/events' is no database " \
+           "number" in " ".join(misread.stderr.split())
+    late = runner.invoke(app, [*args, "--lateness", "soon"], env=ENV)
+    assert late.exit_code == 2
+    assert "--lateness: " in late.stderr
     missing = f"dir:{tmp_path / 'landed'}"  # a typo: not the definitions' fault
     gone = runner.invoke(app, [*args[:5], missing, *args[6:]], env=ENV)
     assert gone.exit_code == 2
