@@ -136,6 +136,29 @@ def test_a_failed_write_counts_as_dropped_and_the_log_goes_on(tmp_path: Path) ->
     assert read(tmp_path / "other").num_rows == 1
 
 
+@pytest.mark.parametrize("links", [True, False])
+def test_writers_sharing_a_folder_never_overwrite_each_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: bool) -> None:
+    """Two logs of one process (as two containers that are each process 1 on a shared
+    volume) writing in the same millisecond: where the file system has no hard links, the
+    second's rename replaced the first's file (50 of 100 rows on disk, all counted written)."""
+    if not links:
+        def no_hard_links(*_: Any) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr("os.link", no_hard_links)
+    same_millisecond = lambda: AT  # noqa: E731
+    first = ResponseLog(tmp_path, max_rows=1, clock=same_millisecond)
+    second = ResponseLog(tmp_path, max_rows=1, clock=same_millisecond)
+    with first, second:
+        for index in range(50):
+            first.log(f"a{index}", "model", AT, rows(1), results(1))
+            second.log(f"b{index}", "model", AT, rows(1), results(1))
+    assert first.written + second.written == 100
+    assert read(tmp_path / "model").num_rows == 100
+    assert not list((tmp_path / "model").glob(".part-*"))  # no temporary file left
+
+
 def test_a_row_arrow_cannot_hold_loses_only_its_own_request(tmp_path: Path) -> None:
     """A key with a lone surrogate cannot be written as UTF-8: that request alone is lost."""
     with ResponseLog(tmp_path, max_seconds=60) as log:

@@ -178,7 +178,9 @@ def _set_every(table: pa.Table, column: str, value: str) -> pa.Table:
 
 def test_a_tampered_value_is_one_mismatch(spark: SparkSession, served: Served,
                                           tmp_path: Path) -> None:
-    logs = tmp_path / "logs"
+    """Also where the logs' folder holds glob characters: it is read as named (it read as a
+    pattern that matched nothing)."""
+    logs = tmp_path / "logs[1]{a}"
     shutil.copytree(served.logs, logs)
     table = pq.read_table(served.logs / served.join.name)
     candidates = [row for row in table.to_pylist() if not row["stale"]

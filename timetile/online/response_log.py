@@ -9,8 +9,13 @@ Files. One file per join per flush (more when a flush holds over ``max_rows`` ro
 
     {log_dir}/{join}/part-{written at, epoch ms, 13 digits}-{seq, 6 digits}.parquet
 
-A file is written under a hidden name (``.part-*.tmp``, which Spark skips) and then linked
-to its final name, so a reader never sees half a file; names sort by time. Read them with
+A file is written under a hidden name (``.part-*.tmp``, which Spark skips), synced to disk
+and then linked to its final name, so a reader never sees half a file, even after an OS
+crash; names sort by time. Where the file system has no hard links it is renamed to a name
+that also holds a random id (``part-...-{seq}-{id}.parquet``), which no other writer takes.
+Rows still queued when the process is killed (``SIGKILL``, the OOM killer) are lost, up to
+``max_seconds`` of traffic, uncounted: stop a server with ``SIGTERM`` (or Ctrl-C), which
+writes them out. Read them with
 ``spark.read.parquet(f"{log_dir}/{join}")`` (or ``pyarrow.parquet.read_table``).
 
 Schema (:data:`SCHEMA`), flat, one row per requested row:
@@ -42,6 +47,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -258,8 +264,11 @@ class ResponseLog:
         folder = self.log_dir / join
         folder.mkdir(parents=True, exist_ok=True)
         stamp = self._clock()
-        temporary = folder / f".part-{os.getpid()}-{threading.get_ident()}.tmp"
+        # a name no other writer has, even one of the same process id on a shared volume
+        unique = uuid.uuid4().hex
+        temporary = folder / f".part-{unique}.tmp"
         pq.write_table(table, temporary)
+        _sync(temporary)  # a file an OS crash leaves behind is whole, never empty
         try:
             while True:
                 path = folder / f"part-{stamp:013d}-{next(self._seq):06d}.parquet"
@@ -268,11 +277,27 @@ class ResponseLog:
                 except FileExistsError:  # another process wrote that name: take the next
                     continue
                 except OSError:  # no hard links here: a rename to a name only we use
-                    path = folder / f"part-{stamp:013d}-{next(self._seq):06d}-{os.getpid()}.parquet"
+                    path = folder / f"part-{stamp:013d}-{next(self._seq):06d}-{unique}.parquet"
                     os.replace(temporary, path)
+                _sync(folder)  # the new name too
                 return path
         finally:
             temporary.unlink(missing_ok=True)
+
+
+def _sync(path: Path) -> None:
+    """Flush ``path`` (a file, or a folder's entries) to disk; folders where the OS can."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:  # a folder some systems (Windows) cannot open
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:  # a folder some file systems cannot sync
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(descriptor)
 
 
 def _loggable(entries: Sequence[_Entry]) -> tuple[pa.Table, int]:

@@ -29,7 +29,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
 from timetile.online.response_log import SCHEMA
-from timetile.spark.sources import load
+from timetile.spark.sources import literal_path, load
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
     lacking = F.array_sort(F.array_except(F.array(*map(F.lit, names)),
                                           F.map_keys(_features_map())))
     try:
-        logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(path)
+        logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(literal_path(path))
         groups = logs.groupBy(  # few groups: the unusable rows, one per other Join and
             F.when(usable & ~ours, F.col("join")).alias("other"),  # per definition
             F.when(usable & ours, lacking).alias("lacking"),
