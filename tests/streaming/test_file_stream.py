@@ -296,8 +296,22 @@ def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, Tile
     # ids on no-data batches that only move the watermark. What must match is the store.
     assert restarted.batches
     assert restarted.batches[-1].batch >= state.batch
+    assert not mismatches(world, uri)
+    if max(files_per_batch(checkpoint).values()) > 1:
+        # killed after Spark logged a batch's files but before it journaled its offsets:
+        # the restart took in the next file too (docs/online.md, Restarts), so the tile
+        # entries of those files share one batch id
+        assert replace(restarted.totals, tiles=0) == replace(reference[1].totals, tiles=0)
+        return
     assert restarted.totals == reference[1].totals
     assert all_tiles(uri, world.group_by) == all_tiles(reference[0], world.group_by)
+
+
+def files_per_batch(checkpoint: Path) -> dict[int, int]:
+    """How many files Spark's file source gave each micro-batch, from its checkpoint log."""
+    logs = [path for path in (checkpoint / "sources" / "0").iterdir()
+            if path.name.isdigit()]
+    return {int(path.name): len(path.read_text().splitlines()) - 1 for path in logs}
 
 
 def test_json_times_of_a_timestamp_column_read_as_the_batch_side_reads_them(

@@ -87,6 +87,34 @@ def test_another_query_or_an_older_checkpoint_is_refused(tmp_path: Path) -> None
     store.close()
 
 
+def test_a_changed_lateness_applies_from_the_second_batch_after_a_restart() -> None:
+    """The next batch's watermark follows from the lateness the recorded batch ran with, as
+    Spark's own does (its commit log): a batch run again after a crash, under a changed
+    lateness, got another watermark than its first run, so its counts disagreed with the
+    tiles that first run had written."""
+    ran = StreamState("q1", 3, 500, 900, StreamCounts(written=4), StreamCounts(written=1),
+                      lateness_ms=100)
+    assert begin(ran, "g", "q1", 4, 0) == (800, StreamCounts(written=5))  # not 900
+    assert begin(ran, "g", "q1", 3, 0) == (500, StreamCounts(written=4))
+    after = StreamState("q1", 4, 800, 1_000, StreamCounts(written=5), StreamCounts(),
+                        lateness_ms=0)
+    assert begin(after, "g", "q1", 5, 0)[0] == 1_000
+
+
+def test_records_of_the_earlier_build_are_read() -> None:
+    """Version 1 records lack the lateness: the next batch takes the current one."""
+    from timetile.core.aggregators.codec import encode
+
+    old = encode((1, "q1", 3, 500, 900, (4, 0, 0, 0, 0), (1, 0, 0, 0, 0)))
+    state = StreamState.from_bytes(old)
+    assert state == StreamState("q1", 3, 500, 900, StreamCounts(written=4),
+                                StreamCounts(written=1))
+    assert begin(state, "g", "q1", 4, 100)[0] == 800
+    assert StreamState.from_bytes(state.to_bytes()) == state
+    with pytest.raises(ValueError, match="not a timetile stream record of version 2"):
+        StreamState.from_bytes(encode((3, "q1")))
+
+
 def test_a_store_older_than_the_checkpoint_is_refused() -> None:
     """A store made anew, or restored from a copy, under a checkpoint that streamed on: the
     batches between were committed by Spark and would never be read again (they were lost

@@ -236,7 +236,7 @@ class TileStream:
         max_time = max(seen) if seen else None
         with open_store(self.store_uri) as store:
             write_state(store, name, StreamState(query_id, batch_id, watermark, max_time,
-                                                 before, counts))
+                                                 before, counts, self.lateness_ms))
         report = BatchReport(batch_id, counts, watermark, meta.day_end, max_time,
                              previous is not None and previous.batch == batch_id,
                              time.perf_counter() - began,

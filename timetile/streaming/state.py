@@ -3,10 +3,13 @@
 Spark's checkpoint says which events each micro-batch holds; this record, one per GroupBy in
 table :data:`STREAM_TABLE`, says what the stream decided about them, so that a replayed
 micro-batch decides the same. It holds the last micro-batch written: its id, the watermark
-it ran with, the greatest event time seen through it, and the event counts before it and of
-it. From the record of batch ``n - 1`` the next batch's watermark follows (Spark's rule:
-the greatest event time of the earlier batches minus the allowed lateness, never moving
-back); the record of batch ``n`` itself answers a replay of ``n`` (:func:`begin`).
+and the allowed lateness it ran with, the greatest event time seen through it, and the event
+counts before it and of it. From the record of batch ``n - 1`` the next batch's
+watermark follows (Spark's rule: the greatest event time of the earlier batches minus the
+lateness batch ``n - 1`` ran with, never moving back), so a batch run again after a crash
+gets the watermark it first ran with even under a changed lateness, and a changed lateness
+applies from the second batch after a restart, as in Spark's own watermark (its commit
+log); the record of batch ``n`` itself answers a replay of ``n`` (:func:`begin`).
 
 The record also names the Spark query (its id survives restarts from the same checkpoint)
 that owns the GroupBy's tiles: tile members are micro-batch ids, so a second checkpoint
@@ -17,11 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from timetile.core.aggregators.codec import decode_versioned, encode
+from timetile.core.aggregators.codec import decode_versioned, encode, older_version
 from timetile.online.layout import STREAM_RESET, STREAM_TABLE
 from timetile.online.store import KVStore
 
-_VERSION = 1
+_VERSION = 2
+#: Records of version 1 lack the lateness: the next batch takes the current one.
+_FIELDS = {1: 6, 2: 7}
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class StreamState:
         max_time: the greatest event time seen through that batch, epoch ms; None if none.
         before: the counts of all earlier batches of this query.
         counts: that batch's counts.
+        lateness_ms: the allowed lateness that batch ran with; None in records of earlier
+            builds.
 
     """
 
@@ -87,6 +94,7 @@ class StreamState:
     max_time: int | None
     before: StreamCounts
     counts: StreamCounts
+    lateness_ms: int | None = None
 
     @property
     def totals(self) -> StreamCounts:
@@ -96,21 +104,24 @@ class StreamState:
     def to_bytes(self) -> bytes:
         """Encode for the store."""
         return encode((_VERSION, self.query_id, self.batch, self.watermark, self.max_time,
-                       _tuple(self.before), _tuple(self.counts)))
+                       _tuple(self.before), _tuple(self.counts), self.lateness_ms))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StreamState:
         """Decode what :meth:`to_bytes` wrote.
 
+        Reads the records of earlier builds too (version 1: no lateness).
+
         Raises:
-            ValueError: the bytes are not a stream record of this version.
+            ValueError: the bytes are not a stream record of a version this build reads.
 
         """
-        fields = decode_versioned(data, _VERSION, 6, "a timetile stream record",
+        version = 1 if older_version(data, _VERSION) else _VERSION
+        fields = decode_versioned(data, version, _FIELDS[version], "a timetile stream record",
                                   "start the stream with a fresh checkpoint and store")
-        query_id, batch, watermark, max_time, before, counts = fields
+        query_id, batch, watermark, max_time, before, counts, *lateness = fields
         return cls(query_id, batch, watermark, max_time, StreamCounts(*before),
-                   StreamCounts(*counts))
+                   StreamCounts(*counts), *lateness)
 
 
 #: The record after an upload of a changed definition (:data:`STREAM_RESET` in the store):
@@ -143,8 +154,9 @@ def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int
     """Return (watermark, counts before it) for micro-batch ``batch``, replays included.
 
     A replay of the recorded batch gets the recorded answer; the next batch gets the
-    watermark advanced by the recorded batch. Without a record (a new stream) there is no
-    watermark yet. O(1).
+    watermark advanced by the recorded batch, with the lateness that batch ran with (the
+    record's; ``lateness_ms`` for a record of an earlier build). Without a record (a new
+    stream) there is no watermark yet. O(1).
 
     >>> first = StreamState("q", 0, None, 10_000, StreamCounts(), StreamCounts(written=5))
     >>> begin(first, "g", "q", 1, 3_000), begin(first, "g", "q", 0, 3_000)
@@ -196,7 +208,8 @@ def begin(previous: StreamState | None, group_by: str, query_id: str, batch: int
             "older than the checkpoint (restored from a copy), and the events of the batches "
             "between would never reach it. Fix: use the store this checkpoint wrote, or "
             "stream into a fresh store (upload it first) from a new checkpoint")
-    return advance(previous.watermark, previous.max_time, lateness_ms), previous.totals
+    ran_with = lateness_ms if previous.lateness_ms is None else previous.lateness_ms
+    return advance(previous.watermark, previous.max_time, ran_with), previous.totals
 
 
 def advance(watermark: int | None, max_time: int | None, lateness_ms: int) -> int | None:
