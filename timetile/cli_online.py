@@ -511,7 +511,7 @@ def stream(
 _FAILURE = re.compile(r"(StreamOwnershipError|LookupError|DefinitionError): (.+)")
 
 
-_UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[.\w]*\] (.+?)(?: SQLSTATE: \w+)?$",
+_UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE\.?(\w*)\] (.+?)(?: SQLSTATE: \w+)?$",
                               re.MULTILINE)
 
 
@@ -521,11 +521,18 @@ def _stream_failure(error: Exception) -> str:
     if match is not None:
         return f"The stream stopped: {match.group(2).strip()}."
     unreadable = _UNREADABLE_FILE.search(str(error))
-    if unreadable is not None:  # e.g. a Parquet column of another type than the schema's
-        return (f"The stream stopped at a file it cannot read: {unreadable.group(1).strip()} "
-                "No later file was read and nothing is lost. Fix: write that file again in "
-                "place, under the same name, with the source's types (the batch source's, or "
-                "--schema), then run the same command again: the stream goes on from it.")
+    if unreadable is not None:
+        kind, reason = unreadable.groups()
+        if kind == "FILE_NOT_EXIST":
+            fix = "put that file back under the same name (it was removed after being listed)"
+        elif "TYPE" in kind or "SCHEMA" in kind:  # e.g. an int64 column the schema reads as double
+            fix = ("write that file again in place, under the same name, with the source's "
+                   "types (the batch source's, or --schema)")
+        else:
+            fix = "write that file again in place, under the same name, whole"
+        return (f"The stream stopped at a file it cannot read: {reason.strip()} No later file "
+                f"was read and nothing is lost. Fix: {fix}, then run the same command again: "
+                "the stream goes on from it.")
     return f"The stream failed: {str(error).strip().splitlines()[0]}"
 
 

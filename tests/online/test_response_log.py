@@ -3,8 +3,11 @@ and a ``log()`` that drops and counts instead of waiting when the writer falls b
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 import threading
 import time
 from pathlib import Path
@@ -157,6 +160,25 @@ def test_writers_sharing_a_folder_never_overwrite_each_other(
     assert first.written + second.written == 100
     assert read(tmp_path / "model").num_rows == 100
     assert not list((tmp_path / "model").glob(".part-*"))  # no temporary file left
+
+
+@pytest.mark.parametrize(("code", "written"), [(errno.EINVAL, 2), (errno.EIO, 0)])
+def test_a_file_system_that_cannot_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        code: int, written: int) -> None:
+    """fsync answering EINVAL (some FUSE and network mounts) leaves the write as durable as
+    the system makes it; EIO loses the rows, counted. No temporary file stays either way."""
+    real_fsync = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        if stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(code, os.strerror(code))
+        real_fsync(descriptor)
+
+    monkeypatch.setattr("os.fsync", fsync)
+    with ResponseLog(tmp_path) as log:
+        log.log("r1", "model", AT, rows(2), results(2))
+    assert (log.written, log.dropped) == (written, 2 - written)
+    assert not list((tmp_path / "model").glob(".part-*"))
 
 
 def test_a_row_arrow_cannot_hold_loses_only_its_own_request(tmp_path: Path) -> None:

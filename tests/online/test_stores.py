@@ -20,7 +20,7 @@ import redis
 
 from timetile.online.lmdb_store import MAX_MEMBER, MAX_TABLES, LmdbStore
 from timetile.online.redis_store import RedisStore
-from timetile.online.store import KVStore, StoreUnavailable, Tile, open_store
+from timetile.online.store import KVStore, StoreUnavailable, Tile, open_store, redacted_uri
 from timetile.streaming.sources import parse_source
 
 MIN, MAX = -(1 << 63), (1 << 63) - 1
@@ -390,8 +390,8 @@ def test_redis_urls_redis_py_would_misread_are_refused(redis_url: str) -> None:
     base = redis_url.rsplit("/", 1)[0]  # redis://127.0.0.1:PORT
     for uri, message in [(f"{base}/abc", r"'/abc' is no database number. Fix: end the URL"),
                          (f"{base}/1?foo=bar", r"unexpected keyword argument 'foo'. Fix: remove"),
-                         (f"{base}/1?socket_timeout=soon", r"'socket_timeout'.*Fix: give the "
-                                                           r"option a value of its type")]:
+                         (f"{base}/1?socket_timeout=soon", r"'socket_timeout'.*Fix: write it "
+                                                           r"as redis://")]:
         with pytest.raises(ValueError, match=message):
             open_store(uri)
         with pytest.raises(ValueError, match=message):
@@ -403,6 +403,32 @@ def test_redis_urls_redis_py_would_misread_are_refused(redis_url: str) -> None:
         open_store(f"redis://127.0.0.1:{_closed_port()}/0?password=s3cret")
     assert "s3cret" not in str(down.value)
     assert "password=***" in str(down.value)
+    with pytest.raises(ValueError, match=r"Invalid value for 'protocol'|protocol must be"):
+        open_store(f"{base}/0?protocol=7")  # redis-py's own error, no traceback
+
+
+@pytest.mark.parametrize("uri", ["redis://:ab/cd+ef@cache:6379/0", "redis://:ab?cd@cache:6379/0",
+                                 "redis://app:ab#cd@cache:6379/0"])
+def test_a_password_that_splits_the_url_is_never_shown(uri: str) -> None:
+    """A password holding '/', '?' or '#' not percent-encoded splits the URL elsewhere:
+    redis-py's error then echoed it, and the redaction found no password to hide."""
+    secret = uri.split("@", maxsplit=1)[0].rsplit(":", 1)[1]
+    with pytest.raises(ValueError, match="must be percent-encoded") as refused:
+        open_store(uri)
+    assert secret not in str(refused.value)
+    with pytest.raises(ValueError, match=r"percent-encoded|names no stream") as source:
+        parse_source(f"{uri}?stream=ev" if "?" not in uri else f"{uri}&stream=ev")
+    assert secret not in str(source.value)
+
+
+def test_redacted_uri_hides_every_password() -> None:
+    assert redacted_uri("redis://:ab/cd@cache:6379/0") == "redis://:***@cache:6379/0"
+    assert redacted_uri("rediss://h:6379/0?ssl_password=k3y&ssl_ca_certs=/a b.pem") == (
+        "rediss://h:6379/0?ssl_password=***&ssl_ca_certs=/a b.pem")  # the rest as written
+    assert redacted_uri("redis://user@h:6379/0") == "redis://user@h:6379/0"  # no password
+    with pytest.raises(ValueError, match="names no stream") as unnamed:
+        parse_source("redis://:s3cret@h:6379/0")
+    assert "s3cret" not in str(unnamed.value)
 
 
 @pytest.mark.parametrize("uri", ["", "s3://bucket/x", "lmdb://host/x", "lmdb:", "ftp:x",

@@ -8,6 +8,7 @@ as a run that never stopped.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -297,7 +298,7 @@ def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, Tile
     assert restarted.batches
     assert restarted.batches[-1].batch >= state.batch
     assert not mismatches(world, uri)
-    if max(files_per_batch(checkpoint).values()) > 1:
+    if max(source_entries_per_batch(checkpoint)) > 1:
         # killed after Spark logged a batch's files but before it journaled its offsets:
         # the restart took in the next file too (docs/online.md, Restarts), so the tile
         # entries of those files share one batch id
@@ -307,11 +308,14 @@ def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, Tile
     assert all_tiles(uri, world.group_by) == all_tiles(reference[0], world.group_by)
 
 
-def files_per_batch(checkpoint: Path) -> dict[int, int]:
-    """How many files Spark's file source gave each micro-batch, from its checkpoint log."""
-    logs = [path for path in (checkpoint / "sources" / "0").iterdir()
-            if path.name.isdigit()]
-    return {int(path.name): len(path.read_text().splitlines()) - 1 for path in logs}
+def source_entries_per_batch(checkpoint: Path) -> list[int]:
+    """How many of the file source's log entries (one file each, at one file per trigger)
+    each micro-batch read: the steps of the ``logOffset`` its offsets end at."""
+    batches = sorted(int(path.name) for path in (checkpoint / "offsets").iterdir()
+                     if path.name.isdigit())
+    ends = [json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
+            ["logOffset"] for batch in batches]
+    return [end - start for start, end in zip([-1, *ends], ends, strict=False)]
 
 
 def test_json_times_of_a_timestamp_column_read_as_the_batch_side_reads_them(

@@ -86,21 +86,33 @@ def _nonempty(key: bytes) -> bytes:
     return key
 
 
+#: The URL forms a Redis store or stream takes, for messages.
+_URL_FORMS = "redis://[[user]:password@]host:port/db, rediss://... or unix:///path?db=N"
+
+
 def check_redis_url(url: str) -> None:
     """Raise ValueError naming the fix where redis-py would read ``url`` wrong or fail late.
 
     redis-py opens database 0 for a path that is no number (``redis://host:6379/abc``), and
     takes an unknown option (``?foo=1``) as an argument its connection refuses only when it
-    first connects, with a TypeError. Reads the URL only: nothing connects.
+    first connects, with a TypeError; a password holding ``/``, ``?`` or ``#`` that is not
+    percent-encoded splits the URL elsewhere (refused without echoing it). Reads the URL
+    only: nothing connects.
 
     >>> check_redis_url("redis://cache:6379/prod")
     Traceback (most recent call last):
     ValueError: Redis URL redis://cache:6379/prod: '/prod' is no database number. Fix: end the URL with the number, e.g. redis://host:6379/0
     """  # noqa: E501  (a doctest's output is one line)
     parts = urllib.parse.urlsplit(url)
+    after_host = (parts.query + parts.fragment if parts.scheme == "unix"
+                  else parts.path + parts.query + parts.fragment)
+    if "@" in after_host:  # the URL is not echoed: its password would show
+        raise ValueError(f"a {parts.scheme}:// URL has an '@' after its host: a password "
+                         "holding '/', '?', '#' or '@' must be percent-encoded. Fix: write it "
+                         "as urllib.parse.quote(password, safe='')")
     path = urllib.parse.unquote(parts.path).strip("/")
     query = urllib.parse.parse_qs(parts.query)
-    if parts.scheme != "unix" and path and not path.isdigit() and "db" not in query:
+    if parts.scheme != "unix" and path and not path.isdecimal() and "db" not in query:
         raise ValueError(f"Redis URL {redacted_uri(url)}: {parts.path!r} is no database "
                          "number. Fix: end the URL with the number, e.g. redis://host:6379/0")
     try:
@@ -110,9 +122,10 @@ def check_redis_url(url: str) -> None:
         raise ValueError(f"Redis URL {redacted_uri(url)}: {error}. Fix: remove the option; "
                          "redis-py's URL options are its connection's, e.g. "
                          "?socket_timeout=5") from None
-    except ValueError as error:  # an option's value redis-py cannot read
+    except (ValueError, redis.RedisError) as error:  # a value redis-py cannot read
         raise ValueError(f"Redis URL {redacted_uri(url)}: {str(error).rstrip('.')}. Fix: "
-                         "give the option a value of its type, e.g. ?socket_timeout=5") from None
+                         f"write it as {_URL_FORMS}, with options as redis-py reads them "
+                         "(e.g. ?socket_timeout=5)") from None
 
 
 class RedisStore(KVStore):

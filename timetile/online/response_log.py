@@ -15,8 +15,10 @@ crash; names sort by time. Where the file system has no hard links it is renamed
 that also holds a random id (``part-...-{seq}-{id}.parquet``), which no other writer takes.
 Rows still queued when the process is killed (``SIGKILL``, the OOM killer) are lost, up to
 ``max_seconds`` of traffic, uncounted: stop a server with ``SIGTERM`` (or Ctrl-C), which
-writes them out. Read them with
-``spark.read.parquet(f"{log_dir}/{join}")`` (or ``pyarrow.parquet.read_table``).
+writes them out. Read them with ``pyarrow.parquet.read_table(f"{log_dir}/{join}")`` or
+``spark.read.parquet(literal_path(f"{log_dir}/{join}"))``
+(:func:`~timetile.spark.sources.literal_path`: Spark reads ``[``, ``{``, ``*``, ``?`` as a
+pattern).
 
 Schema (:data:`SCHEMA`), flat, one row per requested row:
 
@@ -41,6 +43,7 @@ requests); rows a failed write loses (a full disk) count as dropped and are logg
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -267,9 +270,9 @@ class ResponseLog:
         # a name no other writer has, even one of the same process id on a shared volume
         unique = uuid.uuid4().hex
         temporary = folder / f".part-{unique}.tmp"
-        pq.write_table(table, temporary)
-        _sync(temporary)  # a file an OS crash leaves behind is whole, never empty
         try:
+            pq.write_table(table, temporary)
+            _sync(temporary)  # a file an OS crash leaves behind is whole, never empty
             while True:
                 path = folder / f"part-{stamp:013d}-{next(self._seq):06d}.parquet"
                 try:
@@ -279,22 +282,33 @@ class ResponseLog:
                 except OSError:  # no hard links here: a rename to a name only we use
                     path = folder / f"part-{stamp:013d}-{next(self._seq):06d}-{unique}.parquet"
                     os.replace(temporary, path)
-                _sync(folder)  # the new name too
+                _sync(folder, folder=True)  # the new name too
                 return path
         finally:
             temporary.unlink(missing_ok=True)
 
 
-def _sync(path: Path) -> None:
-    """Flush ``path`` (a file, or a folder's entries) to disk; folders where the OS can."""
+#: What ``fsync`` answers where a file system cannot sync.
+_CANNOT_SYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
+def _sync(path: Path, *, folder: bool = False) -> None:
+    """Flush ``path`` (a file, or with ``folder`` a folder's entries) to disk.
+
+    Where the file system cannot (``fsync`` answers EINVAL or ENOTSUP: some FUSE and network
+    mounts; a folder some systems cannot open), the write stays as durable as that system
+    makes it. Any other error (EIO) is raised: the rows count as dropped.
+    """
     try:
         descriptor = os.open(path, os.O_RDONLY)
-    except OSError:  # a folder some systems (Windows) cannot open
-        return
+    except OSError:
+        if folder:
+            return
+        raise
     try:
         os.fsync(descriptor)
-    except OSError:  # a folder some file systems cannot sync
-        if not path.is_dir():
+    except OSError as error:
+        if not folder and error.errno not in _CANNOT_SYNC:
             raise
     finally:
         os.close(descriptor)

@@ -237,25 +237,29 @@ def check_table(table: str) -> str:
     return table
 
 
+#: An option holding a password, as a URL's query writes it.
+_PASSWORD_OPTION = re.compile(r"(?<=[?&])([^=&#]*password)=[^&#]*")
+
+
 def redacted_uri(uri: str) -> str:
     """Return ``uri`` with its password, if any, replaced by ``***``: for logs and messages.
 
-    A password is hidden in the URL's user part and in a ``password`` option (redis-py
-    reads both).
+    A password is hidden in the URL's user part, up to the URL's last ``@`` (a password
+    holding ``/``, ``?`` or ``#`` not percent-encoded included), and in every option whose
+    name ends in ``password`` (redis-py reads ``password`` and ``ssl_password``); the rest
+    is kept as written.
 
     >>> redacted_uri("redis://:s3cret@cache:6379/0"), redacted_uri("lmdb:/data/store")
     ('redis://:***@cache:6379/0', 'lmdb:/data/store')
     >>> redacted_uri("redis://cache:6379/0?password=s3cret&db=1")
     'redis://cache:6379/0?password=***&db=1'
+    >>> redacted_uri("redis://app:ab/c?d@cache:6379/0")
+    'redis://app:***@cache:6379/0'
     """
-    head, mark, query = uri.partition("?")
-    if "password" in urllib.parse.parse_qs(query, keep_blank_values=True):
-        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-        query = urllib.parse.urlencode([(name, "***" if name == "password" else value)
-                                        for name, value in pairs], safe="*")
-    parts = urllib.parse.urlsplit(head)
-    if parts.password is not None:
-        netloc = parts.netloc.rpartition("@")[2]
-        head = urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@"
-                                                              f"{netloc}"))
-    return head + mark + query
+    scheme, slashes, rest = uri.partition("://")
+    if slashes and "@" in rest:
+        credentials, _, place = rest.rpartition("@")
+        user, colon, _ = credentials.partition(":")
+        if colon:
+            uri = f"{scheme}://{user}:***@{place}"
+    return _PASSWORD_OPTION.sub(r"\1=***", uri)

@@ -133,14 +133,23 @@ def path_exists(spark: SparkSession, path: str) -> bool | None:
     return bool(filesystem.exists(hadoop_path))
 
 
+#: A URI's ``scheme://authority``, if any, then its path.
+_AUTHORITY = re.compile(r"((?:[A-Za-z][\w+.-]*://[^/]*)?)(.*)", re.DOTALL)
+
+
 def literal_path(path: str) -> str:
     r"""Return ``path`` with Hadoop's glob characters escaped, so Spark reads it as named.
 
     ``spark.read`` expands ``[``, ``{``, ``*``, ``?`` and ``\`` as a pattern: a folder
     named ``p[1]`` reads as missing, and ``p*`` also reads its siblings. Writes take paths
-    as named, so a path timetile writes and reads back goes through this first.
+    as named, so a path timetile writes and reads back goes through this first. A URI's
+    ``scheme://authority`` is kept (Hadoop globs the path only; ``[::1]`` is an address).
+
+    >>> literal_path("s3a://bucket/p[1]"), literal_path("hdfs://[::1]:8020/a*")
+    ('s3a://bucket/p\\[1\\]', 'hdfs://[::1]:8020/a\\*')
     """
-    return re.sub(r"([\\\[\]{}*?])", r"\\\1", path)
+    authority, path = _AUTHORITY.match(path).groups()  # type: ignore[union-attr]
+    return authority + re.sub(r"([\\\[\]{}*?])", r"\\\1", path)
 
 
 #: Internal columns start with this; source columns may not.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from timetile.online.store import redacted_uri
 from timetile.streaming.file_source import FileSource
 
 if TYPE_CHECKING:  # imported when used: it needs PySpark 4.2's Python streaming read limits
@@ -61,7 +62,8 @@ def parse_source(uri: str) -> FileSource | RedisStreamSource:
         path, _, query = rest.partition("?")
         options = _options(uri, query, {"format", "maxFilesPerTrigger"})
         if not path:
-            raise ValueError(f"stream source {uri!r} names no directory: use {_FORMS}")
+            raise ValueError(f"stream source {redacted_uri(uri)!r} names no directory: "
+                             f"use {_FORMS}")
         return FileSource(urllib.parse.unquote(path), options.pop("format", "json"),
                           _count(uri, options.pop("maxFilesPerTrigger", None)))
     if scheme in ("redis", "rediss", "unix"):
@@ -71,23 +73,27 @@ def parse_source(uri: str) -> FileSource | RedisStreamSource:
         pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         ours = {"stream", "layout", "field", "maxEntriesPerTrigger", "startId"}
         options = _options(uri, urllib.parse.urlencode([p for p in pairs if p[0] in ours]), ours)
-        rest_query = urllib.parse.urlencode([p for p in pairs if p[0] not in ours])
-        # not urlunsplit: it writes unix:///run/r.sock as unix:/run/r.sock, which redis-py refuses
-        url = uri.partition("?")[0] + (f"?{rest_query}" if rest_query else "")
+        # redis-py's options as written (an '@' of a password not percent-encoded stays in
+        # view of check_redis_url); not urlunsplit, which writes unix:///run/r.sock as
+        # unix:/run/r.sock, which redis-py refuses
+        theirs = [option for option in parts.query.split("&") if option and
+                  urllib.parse.unquote_plus(option.partition("=")[0]) not in ours]
+        url = uri.partition("?")[0] + (f"?{'&'.join(theirs)}" if theirs else "")
         if "stream" not in options:
-            raise ValueError(f"stream source {uri!r} names no stream: add ?stream=KEY")
+            raise ValueError(f"stream source {redacted_uri(uri)!r} names no stream: add "
+                             "?stream=KEY")
         return RedisStreamSource(url, options["stream"], options.get("layout", "fields"),
                                  options.get("field", "json"),
                                  _count(uri, options.get("maxEntriesPerTrigger")),
                                  options.get("startId", "0-0"))
-    raise ValueError(f"unknown stream source {uri!r}: use {_FORMS}")
+    raise ValueError(f"unknown stream source {redacted_uri(uri)!r}: use {_FORMS}")
 
 
 def _options(uri: str, query: str, known: set[str]) -> dict[str, str]:
     options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ValueError(f"stream source {uri!r}: unknown option {unknown[0]!r}; "
+        raise ValueError(f"stream source {redacted_uri(uri)!r}: unknown option {unknown[0]!r}; "
                          f"use {', '.join(sorted(known))}")
     return options
 
@@ -96,5 +102,5 @@ def _count(uri: str, value: str | None) -> int | None:
     if value is None:
         return None
     if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"stream source {uri!r}: {value!r} is not a positive count")
+        raise ValueError(f"stream source {redacted_uri(uri)!r}: {value!r} is not a positive count")
     return int(value)

@@ -129,8 +129,8 @@ def _decimal(number: float) -> str:
     """Write a float as an SQL decimal literal (``0.3``, never ``3e-01``), exact to 38 places.
 
     Spark's decimals hold 38 digits: a fraction with more (``1e-40``) is rounded up to 38
-    places, which keeps it above zero and moves ``p * n`` by less than ``1e-19`` for any
-    count ``n`` below 2**63.
+    places, which keeps the literal above zero and moves ``p * n`` by less than ``1e-19``
+    for any count ``n`` below 2**63 (Spark's own arithmetic on it may round further).
 
     >>> _decimal(0.3), _decimal(1e-40)
     ('0.3', '0.00000000000000000000000000000000000001')
