@@ -69,15 +69,18 @@ def parse_source(uri: str) -> FileSource | RedisStreamSource:
     if scheme in ("redis", "rediss", "unix"):
         from timetile.streaming.redis_source import RedisStreamSource  # noqa: PLC0415
 
-        parts = urllib.parse.urlsplit(uri)
-        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         ours = {"stream", "layout", "field", "maxEntriesPerTrigger", "startId"}
-        options = _options(uri, urllib.parse.urlencode([p for p in pairs if p[0] in ours]), ours)
-        # redis-py's options as written (an '@' of a password not percent-encoded stays in
-        # view of check_redis_url); not urlunsplit, which writes unix:///run/r.sock as
-        # unix:/run/r.sock, which redis-py refuses
-        theirs = [option for option in parts.query.split("&") if option and
-                  urllib.parse.unquote_plus(option.partition("=")[0]) not in ours]
+        options = {}
+        # redis-py's options are kept as written: an '@' of a password not percent-encoded
+        # stays in view of check_redis_url
+        theirs: list[str] = []
+        for option in urllib.parse.urlsplit(uri).query.split("&"):
+            name, _, value = map(urllib.parse.unquote_plus, option.partition("="))
+            if name in ours:
+                options[name] = value
+            elif option:
+                theirs.append(option)
+        # not urlunsplit, which writes unix:///run/r.sock as unix:/run/r.sock (redis-py refuses)
         url = uri.partition("?")[0] + (f"?{'&'.join(theirs)}" if theirs else "")
         if "stream" not in options:
             raise ValueError(f"stream source {redacted_uri(uri)!r} names no stream: add "

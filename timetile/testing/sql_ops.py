@@ -17,8 +17,7 @@ from timetile.core.windows import WindowKind
 _QUERY_TIME = "_tt_q"  # the query's time, as in the left rows
 _AT = "_tt_at"  # the query's as-of time: q, floored to the day (SNAPSHOT) and the period
 _EVENT_TIME = "_tt_t"
-_PLACES = Decimal("1e-38")  # the smallest step of Spark's widest decimal
-_FINEST = -38  # its exponent
+_FINEST = -38  # the exponent of the smallest step of Spark's widest decimal
 
 
 def _query_key(index: int) -> str:
@@ -137,8 +136,9 @@ def _decimal(number: float) -> str:
     """
     exact = Decimal(repr(float(number)))
     places = exact.as_tuple().exponent  # a str for NaN and the infinities
-    fine = isinstance(places, int) and places < _FINEST
-    return format(exact.quantize(_PLACES, rounding=ROUND_CEILING) if fine else exact, "f")
+    if isinstance(places, int) and places < _FINEST:
+        exact = exact.quantize(Decimal(1).scaleb(_FINEST), rounding=ROUND_CEILING)
+    return format(exact, "f")
 
 
 #: ``[start, end)`` of each window kind as SQL over ``{q}`` (the time the window ends at),
