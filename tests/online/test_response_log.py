@@ -51,21 +51,24 @@ def test_writes_the_documented_schema_and_values(tmp_path: Path) -> None:
                        [FetchResult({"sum": float("nan"), "hist": {3: 2}, "last": [5, 4]}),
                         FetchResult({"sum": float("-inf"), "hist": None, "last": None},
                                     ["users"])])
-        log.log("r2", "other_model", AT + 1, [{"user_id": "a"}], [FetchResult({"max": 1.5})])
+        log.log("r2", "other_model", AT + 1, [{"user_id": "a"}],
+                [FetchResult({"max": 1.5}, definition="0123456789abcdef")])
     assert (log.written, log.dropped) == (3, 0)
     model = pq.read_table(tmp_path / "model")
     assert model.schema == SCHEMA
     assert model.to_pylist() == [
         {"request_id": "r1", "join": "model", "row_index": 0, "request_time": AT,
          "served_at": 1_709_300_000_000, "keys": '{"user_id":1,"seller_id":7}',
-         "features": '{"sum":"NaN","hist":{"3":2},"last":[5,4]}', "stale": []},
+         "features": '{"sum":"NaN","hist":{"3":2},"last":[5,4]}', "stale": [],
+         "definition": None},
         {"request_id": "r1", "join": "model", "row_index": 1, "request_time": AT,
          "served_at": 1_709_300_000_000, "keys": '{"user_id":2,"seller_id":7}',
-         "features": '{"sum":"-Infinity","hist":null,"last":null}', "stale": ["users"]},
+         "features": '{"sum":"-Infinity","hist":null,"last":null}', "stale": ["users"],
+         "definition": None},
     ]
     other = pq.read_table(tmp_path / "other_model").to_pylist()
-    assert [(row["join"], row["request_time"], json.loads(row["features"])) for row in other] \
-        == [("other_model", AT + 1, {"max": 1.5})]
+    assert [(row["join"], row["request_time"], json.loads(row["features"]), row["definition"])
+            for row in other] == [("other_model", AT + 1, {"max": 1.5}, "0123456789abcdef")]
     names = sorted(path.name for path in tmp_path.rglob("*"))
     assert all(re.fullmatch(r"part-1709300000000-\d{6}\.parquet", name)
                for name in names if name not in ("model", "other_model")), names
@@ -232,7 +235,7 @@ def test_spark_reads_the_files_back(spark: Any, tmp_path: Path) -> None:
     assert frame.dtypes == [("request_id", "string"), ("join", "string"), ("row_index", "int"),
                             ("request_time", "bigint"), ("served_at", "bigint"),
                             ("keys", "string"), ("features", "string"),
-                            ("stale", "array<string>")]
+                            ("stale", "array<string>"), ("definition", "string")]
     got = frame.selectExpr("row_index", "get_json_object(keys, '$.user_id') AS user",
                            "get_json_object(features, '$.avg') AS avg").orderBy("row_index")
     assert [tuple(row) for row in got.collect()] == [(0, "0", "Infinity"), (1, "1", "Infinity"),

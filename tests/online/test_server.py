@@ -23,7 +23,7 @@ import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
 from timetile.online.jsonable import to_json_value
-from timetile.online.layout import META_TABLE
+from timetile.online.layout import META_TABLE, join_signature
 from timetile.online.lmdb_store import LmdbStore
 from timetile.online.server import create_app
 from timetile.online.store import open_store
@@ -401,4 +401,6 @@ def test_responses_are_logged(uploaded: dict[str, Any], tmp_path: Path) -> None:
     features = [json.loads(text) for text in table.column("features").to_pylist()]
     assert features == [result["features"] for result in response.json()["results"]]
     assert features[0]["users_amount_sum_1d"] == "NaN"
+    # what served them, so the consistency job leaves out another definition's rows
+    assert table.column("definition").to_pylist() == [join_signature(uploaded["model"])] * 2
     assert app.state.response_log.written == 2

@@ -27,6 +27,7 @@ from timetile.online.layout import (
     batch_table,
     encode_key,
     feature_signature,
+    join_signature,
 )
 from timetile.online.store import open_store
 from timetile.online.upload import _next_generation, upload
@@ -160,6 +161,31 @@ def test_a_source_of_defaults_keeps_the_signature_of_earlier_builds() -> None:
     assert feature_signature(plain) not in digests
     moved = replace(plain, source=tt.EventSource("other_table"))
     assert feature_signature(moved) == feature_signature(plain)  # a table moved: no change
+
+
+def test_the_join_signature_follows_what_is_served() -> None:
+    """The response log's definition: another where, prefix or key mapping serves other
+    values; the left source, derivations and the parts' order serve the same ones."""
+    views = tt.GroupBy("views", tt.EventSource("t"), ["u"], [tt.Aggregation("x", "sum")])
+    buys = tt.GroupBy("buys", tt.EventSource("b"), ["u"], [tt.Aggregation("y", "max")])
+    join = tt.Join("model", tt.EventSource("q"), [views, buys])
+    same = [tt.Join("model", tt.EventSource("other_queries", time_column="at"), [buys, views],
+                    derivations={"z": "views_x_sum + 1"}),
+            tt.Join("model", tt.EventSource("q"),
+                    [replace(views, source=tt.EventSource("moved")), buys])]
+    assert {join_signature(other) for other in same} == {join_signature(join)}
+    changed = [
+        tt.Join("model", tt.EventSource("q"),
+                [replace(views, source=tt.EventSource("t", where="x > 0")), buys]),
+        tt.Join("model", tt.EventSource("q"), [tt.JoinPart(views, prefix="p"), buys]),
+        tt.Join("model", tt.EventSource("q"),
+                [tt.JoinPart(views, key_mapping={"v": "u"}), buys]),
+        tt.Join("model", tt.EventSource("q"), [views]),
+        tt.Join("other", tt.EventSource("q"), [views, buys]),
+    ]
+    digests = {join_signature(other) for other in changed}
+    assert len(digests) == len(changed)
+    assert join_signature(join) not in digests
 
 
 class _SlowReads:

@@ -261,12 +261,15 @@ def test_rows_of_another_join_or_definition_are_left_out(
            {**rows[1], "features": json.dumps(older)},
            {**rows[2], "request_id": None},
            {**rows[3], "features": rows[3]["features"].replace('"', "'")},
-           {**rows[4], "features": rows[4]["features"] + " trailing text"}]
-    pq.write_table(pa.Table.from_pylist(odd, schema=SCHEMA),
+           {**rows[4], "features": rows[4]["features"] + " trailing text"},
+           {**rows[5], "definition": "0123456789abcdef"}]
+    # a row of an earlier build, which logged no definition: compared, by its names
+    earlier = {**rows[6], "request_id": "earlier", "definition": None}
+    pq.write_table(pa.Table.from_pylist([*odd, earlier], schema=SCHEMA),
                    logs / served.join.name / "part-9999999999999-000000.parquet")
     with caplog.at_level("WARNING", logger="timetile.verify"):
         report = consistency(served.join, spark, logs)
-    assert report.rows == served.rows
+    assert report.rows == served.rows + 1
     assert report.left_out == len(odd)
     assert [entry.feature for entry in report.features if entry.mismatches] == []
     said = caplog.text
@@ -275,6 +278,8 @@ def test_rows_of_another_join_or_definition_are_left_out(
             "by another definition of it, they are left out") in said
     assert "request_id null in 1; features null or not a JSON object in 1" in said
     assert "1 logged rows have features that Spark read but json.loads does not" in said
+    assert ("1 logged rows of Join 'online' were served by another definition of it (their "
+            "definition column differs") in said
 
 
 def test_logs_of_another_join_or_definition_are_refused(
@@ -294,6 +299,45 @@ def test_logs_of_another_join_or_definition_are_refused(
                                                r".* is of Join 'online': their join column "
                                                rf"names 'other' \({served.rows}\)\. Fix: pass "
                                                "the definitions"):
+        consistency(served.join, spark, logs)
+
+
+def test_logs_of_a_definition_with_the_same_names_are_refused(
+        spark: SparkSession, served: Served, tmp_path: Path) -> None:
+    """A ``where`` added to the source changes no feature name, but every served value may
+    differ: the logs name the definition that served them, so they are refused, not scored
+    as mismatches. Logs of an earlier build, without a definition, are still compared."""
+    users = served.join.parts[0].group_by
+    source = users.source
+    assert isinstance(source, tt.EventSource)
+    filtered = tt.Join("online", served.join.left, [tt.GroupBy(
+        "users", tt.EventSource(source.table, where="amount > 0"), ["user_id"],
+        AGGREGATIONS)])
+    assert filtered.output_columns() == served.join.output_columns()
+    with pytest.raises(ConsistencyError, match=rf"None of the {served.rows} logged rows of "
+                                               r"Join 'online' under .* that hold all of its "
+                                               r"features was served by this definition of "
+                                               r"it: .*Fix: pass the definitions of the Join "
+                                               "that served these logs"):
+        consistency(filtered, spark, served.logs)
+    earlier = _rewritten_logs(served, tmp_path,
+                              lambda table: table.drop_columns(["definition"]))
+    report = consistency(served.join, spark, earlier)
+    assert report.rows == served.rows
+    assert report.left_out == 0
+
+
+def test_an_empty_log_file_is_refused(spark: SparkSession, served: Served,
+                                      tmp_path: Path) -> None:
+    """A 0-byte file (an OS crash under a build that did not sync) lost its rows: Spark
+    would skip it without a word, so the job names it instead."""
+    logs = tmp_path / "logs"
+    shutil.copytree(served.logs, logs)
+    (logs / served.join.name / "part-9999999999999-000000.parquet").write_bytes(b"")
+    with pytest.raises(ConsistencyError, match=r"1 response log file under .* is empty "
+                                               r"\(part-9999999999999-000000\.parquet\): what "
+                                               r"it held was lost .*Fix: remove the empty "
+                                               "files"):
         consistency(served.join, spark, logs)
 
 

@@ -41,6 +41,7 @@ from timetile.online.layout import (
     decode_events,
     encode_key,
     feature_signature,
+    join_signature,
     online_features,
     series_dtypes,
     tile_table,
@@ -112,11 +113,15 @@ class FetchResult:
         features: output column → value, named as ``backfill`` names them.
         stale: the GroupBys whose batch record is older than its slack at the fetch time:
             their values miss whatever the late upload would have corrected.
+        definition: what served it, the :attr:`Fetcher.definition`: the response log
+            writes it, so that the consistency job compares only the rows of the definition
+            it is given.
 
     """
 
     features: dict[str, Any]
     stale: list[str] = field(default_factory=list)
+    definition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,9 @@ class Fetcher:
         expect_argument("store", store, KVStore, "an open store",
                         "open it first: timetile.online.store.open_store(uri)")
         self.join = join
+        #: What this Fetcher serves (:func:`~timetile.online.layout.join_signature`), in
+        #: each of its results (:attr:`FetchResult.definition`).
+        self.definition = join_signature(join)
         self.store = store
         self.clock = clock
         self._served: dict[str, _Served] = {}
@@ -242,7 +250,7 @@ class Fetcher:
                     f"{type(row).__name__} is not a row", "pass a mapping of the key columns, "
                     f"e.g. {{{', '.join(repr(c) + ': …' for c in self.key_columns)}}}")
         at = self.clock() if at is None else int(at)
-        results = [FetchResult({}) for _ in rows]
+        results = [FetchResult({}, definition=self.definition) for _ in rows]
         for part in self.join.join_parts:
             self._fetch_part(part, rows, at, results)
         return results

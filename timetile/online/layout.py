@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timetile.api.group_by import GroupBy
+from timetile.api.join import Join
 from timetile.api.sources import EntitySource, EventSource
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
@@ -177,6 +178,21 @@ def feature_signature(group_by: GroupBy) -> str:
                        [None if w is None else w.name for w in a.window_list]))
                  for a in group_by.aggregations or ())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def join_signature(join: Join) -> str:
+    """Return a digest of what a Join serves: its parts' signatures, prefixes, key mappings.
+
+    Each part's :func:`feature_signature`, prefix and key mapping, and the Join's name. The
+    response log writes it in every row it logs, so the consistency job compares only the
+    rows its own definition would have served and leaves out those of another, even one
+    with the same feature names (a ``where`` added to a source). The left source and the
+    derivations are not in it: the Fetcher serves neither. The parts' order is not either:
+    it orders columns, not values.
+    """
+    parts = sorted(repr((part.prefix, part.mapping, feature_signature(part.group_by)))
+                   for part in join.join_parts)
+    return hashlib.sha256("\n".join([join.name, *parts]).encode()).hexdigest()[:16]
 
 
 def series_dtypes(features: Sequence[OnlineFeature]) -> dict[str, np.dtype[Any]]:

@@ -35,7 +35,15 @@ features        string              the features, a JSON object encoded as the H
                                     service encodes them (:mod:`timetile.online.jsonable`:
                                     ``"NaN"``/``"Infinity"`` strings, maps as objects)
 stale           list<string>        the GroupBys whose batch record was late
+definition      string              what served the row: its result's
+                                    :attr:`~timetile.online.fetcher.FetchResult.definition`
+                                    (:func:`~timetile.online.layout.join_signature`),
+                                    null for a result no Fetcher made, and in files
+                                    of earlier builds
 ==============  ==================  ================================================
+
+The consistency job compares only the rows of the definition it is given; a row without
+``definition`` it can only tell apart by its feature names.
 
 Counters: :attr:`ResponseLog.written` and :attr:`ResponseLog.dropped` count rows (not
 requests); rows a failed write loses (a full disk) count as dropped and are logged.
@@ -77,6 +85,7 @@ SCHEMA = pa.schema([
     ("keys", pa.string()),
     ("features", pa.string()),
     ("stale", pa.list_(pa.string())),
+    ("definition", pa.string()),
 ])
 
 _JOIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -167,7 +176,8 @@ class ResponseLog:
         O(1): never encodes, never touches the disk, never waits for the writer. ``rows``
         are logged as given (pass the key columns only) and must not change afterwards.
         ``request_id`` is a str and ``at`` an int of epoch milliseconds (numpy's ints too),
-        checked here, so that every row the log counts as written has both.
+        checked here, so that every row the log counts as written has both. Each result's
+        ``definition`` (what served it) is logged with it.
 
         Raises:
             TypeError: ``request_id`` is not a str, or ``at`` is not an int.
@@ -353,4 +363,5 @@ def _table(entries: Sequence[_Entry]) -> pa.Table:
             columns["keys"].append(dumps(row))
             columns["features"].append(dumps(result.features))
             columns["stale"].append(list(result.stale))
+            columns["definition"].append(result.definition)
     return pa.table(columns, schema=SCHEMA)

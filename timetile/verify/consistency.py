@@ -27,9 +27,11 @@ counted in :attr:`~timetile.verify.results.ConsistencyReport.left_out` and warne
 that are not a JSON object), when its ``join`` names another Join, when its keys do not read
 as the Join's key columns, or when its features lack one of the Join's features: the Fetcher
 logs every feature of its definition, nulls included, so such a row was served by another
-definition (one changed while the logs were written), and none of its features is compared.
-Logs where no row is left, or where no row holds some feature of the Join (the logs of
-another definition), are a :class:`ConsistencyError`, never "served null" mismatches.
+definition (one changed while the logs were written), and none of its features is compared;
+or when its ``definition`` is not the Join's (:func:`~timetile.online.layout.join_signature`:
+changed with the same feature names, a ``where`` added). Logs where no row is left, where no
+row holds some feature of the Join, or where every row names another definition, are a
+:class:`ConsistencyError`, never "served null" mismatches; so is an empty log file.
 
 Cost: one read of the logs, the backfill of the logged rows (plus the oracle's, when the
 Join has approximate ops), then O(rows × features) Python on the executors; the compared
@@ -98,9 +100,10 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
     offline as JSON text, smape) and ``report.html`` (self-contained, SVG plots).
 
     Raises:
-        ConsistencyError: no logs for the Join, unreadable log files, no usable row of the
-            Join, a feature no usable row holds (the logs of another definition), an
-            unreadable left source, or a key column the left source does not have.
+        ConsistencyError: no logs for the Join, unreadable or empty log files, no usable
+            row of the Join, a feature no usable row holds or no row of this definition
+            (the logs of another definition), an unreadable left source, or a key column
+            the left source does not have.
         DefinitionError: the definition cannot work against the sources.
         TypeError: an argument of the wrong type, named with the fix.
 

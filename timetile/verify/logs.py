@@ -28,6 +28,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
+from timetile.online.layout import join_signature
 from timetile.online.response_log import SCHEMA
 from timetile.spark.sources import literal_path, load
 
@@ -89,15 +90,19 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
     A row is left out, counted and warned about when it lacks a column a ResponseLog always
     writes (:data:`_UNUSABLE`: a null ``request_id``, ``join``, ``row_index``,
     ``request_time``, ``keys`` or ``stale``, or ``features`` that are not a JSON object);
-    when its ``join`` names another Join; or when its features lack one of the Join's
+    when its ``join`` names another Join; when its features lack one of the Join's
     features that other rows hold: the Fetcher logs every feature of its definition, nulls
     included, so such a row was served by another definition of the Join (one changed
-    while it logged), and none of its values is compared.
+    while it logged), and none of its values is compared; or when its ``definition`` is
+    another than ``join``'s :func:`~timetile.online.layout.join_signature` (a definition
+    changed without changing names: a ``where`` added). A row without ``definition`` (a
+    file of an earlier build, a result no Fetcher made) is told apart by names only.
 
     Raises:
-        ConsistencyError: no logs at ``path``, files that are not response logs, no usable
-            row, none of ``join``, or a feature of ``join`` that no usable row holds (the
-            logs of another definition).
+        ConsistencyError: no logs at ``path``, an empty log file (its rows lost), files
+            that are not response logs, no usable row, none of ``join``, a feature of
+            ``join`` that no usable row holds, or no row of ``join``'s definition (the logs
+            of another definition).
 
     """
     names = join.output_columns()
@@ -106,11 +111,15 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
     ours = F.col("join") == join.name
     lacking = F.array_sort(F.array_except(F.array(*map(F.lit, names)),
                                           F.map_keys(_features_map())))
+    # null where the row does not say (files of earlier builds): then only names tell
+    redefined = F.coalesce(F.col("definition") != join_signature(join), F.lit(False))
+    _refuse_empty_files(path)
     try:
         logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(literal_path(path))
         groups = logs.groupBy(  # few groups: the unusable rows, one per other Join and
             F.when(usable & ~ours, F.col("join")).alias("other"),  # per definition
             F.when(usable & ours, lacking).alias("lacking"),
+            F.when(usable & ours, redefined).alias("redefined"),
         ).agg(F.count(F.lit(1)).alias("rows"),
               *(F.count_if(bad).alias(column) for column, bad in lacks.items()),
               ).collect()  # reads every column: corrupt files fail
@@ -154,9 +163,29 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
         log.warning("%s: %s logged rows are of another Join (%s%s), not %r, and are left out",
                     path, f"{other:,}", named, " and more" if len(others) > 5 else "",
                     join.name)
-    definitions = {tuple(group["lacking"]): group["rows"] for group in groups
-                   if group["lacking"] is not None}
-    held = set(names) - set.intersection(*(set(gone) for gone in definitions))
+    kept = _rows_of_this_definition(groups, names, join, path)
+    return (logs.where(usable & ours & (F.size(lacking) == 0) & ~redefined), total - kept)
+
+
+def _rows_of_this_definition(groups: Sequence[Any], names: Sequence[str], join: Join,
+                             path: str) -> int:
+    """Return how many usable rows of ``join`` its definition served; warn of the others.
+
+    ``groups`` are :func:`read_logs`'s counts; of the rows of ``join``, those lacking some
+    of its features (``lacking``) or naming another definition (``redefined``) were served
+    by another definition.
+
+    Raises:
+        ConsistencyError: a feature no row holds, or no row of this definition.
+
+    """
+    definitions: dict[tuple[str, ...], int] = {}  # rows, by the features they lack
+    for group in groups:
+        if group["lacking"] is not None:
+            lacked: tuple[str, ...] = tuple(group["lacking"])
+            definitions[lacked] = definitions.get(lacked, 0) + int(group["rows"])
+    lacked_by_all = functools.reduce(operator.and_, (set(gone) for gone in definitions))
+    held = set(names) - lacked_by_all
     if len(held) < len(names):
         absent = [name for name in names if name not in held]
         raise ConsistencyError(
@@ -178,13 +207,53 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
             f"No usable logged row of Join {join.name!r} under {path} holds all of its "
             "features: each was served by another definition. Fix: pass the definitions of "
             "the Join that served these logs")
-    return (logs.where(usable & ours & (F.size(lacking) == 0)),
-            total - definitions[()])
+    redefinitions = sum(int(group["rows"]) for group in groups
+                        if group["lacking"] == [] and group["redefined"])
+    kept = definitions[()] - redefinitions
+    if not kept:
+        raise ConsistencyError(
+            f"None of the {redefinitions:,} logged rows of Join {join.name!r} under {path} "
+            "that hold all of its features was served by this definition of it: their "
+            "definition column names another (a source's where, select or time column, a "
+            "key, an accuracy or an aggregation changed since, the feature names did not). "
+            "Fix: pass the definitions of the Join that served these logs")
+    if redefinitions:
+        log.warning("%s: %s logged rows of Join %r were served by another definition of it "
+                    "(their definition column differs: a source, key or aggregation changed, "
+                    "not the feature names), they are left out", path, f"{redefinitions:,}",
+                    join.name)
+    return kept
+
+
+def _refuse_empty_files(path: str) -> None:
+    """Refuse local log files of 0 bytes, which Spark would skip without a word.
+
+    A ResponseLog syncs a file before naming it, so one is left only by an OS crash under an
+    earlier build, or by hand; whatever rows it held are lost, which the job must not hide.
+
+    Raises:
+        ConsistencyError: naming the empty files.
+
+    """
+    folder = Path(path)
+    if "://" in path or path.startswith("file:") or not folder.is_dir():
+        return
+    empty = sorted(file.name for file in folder.iterdir()
+                   if not file.name.startswith((".", "_")) and file.is_file()
+                   and file.stat().st_size == 0)
+    if empty:
+        raise ConsistencyError(
+            f"{len(empty):,} response log file{'s' if len(empty) > 1 else ''} under {path} "
+            f"{'are' if len(empty) > 1 else 'is'} empty ({', '.join(empty[:3])}"
+            f"{' and more' if len(empty) > 3 else ''}): what {'they' if len(empty) > 1 else 'it'} "
+            "held was lost (an OS crash while it was written, under a build that did not "
+            "sync log files). Fix: remove the empty files and run again; their rows cannot "
+            "be compared")
 
 
 #: Where the fix of logs that lack columns begins.
 _LOGGED = ("a ResponseLog writes every column of its SCHEMA (request_id, join, row_index, "
-           "request_time, served_at, keys, features, stale)")
+           "request_time, served_at, keys, features, stale, definition)")
 
 
 def _lacked(groups: Sequence[Any], path: str) -> str:
