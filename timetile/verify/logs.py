@@ -235,12 +235,7 @@ def _refuse_empty_files(path: str) -> None:
         ConsistencyError: naming the empty files.
 
     """
-    folder = Path(path)
-    if "://" in path or path.startswith("file:") or not folder.is_dir():
-        return
-    empty = sorted(file.name for file in folder.iterdir()
-                   if not file.name.startswith((".", "_")) and file.is_file()
-                   and file.stat().st_size == 0)
+    empty = [file.name for file, size in _local_files(path) if size == 0]
     if empty:
         raise ConsistencyError(
             f"{len(empty):,} response log file{'s' if len(empty) > 1 else ''} under {path} "
@@ -249,6 +244,27 @@ def _refuse_empty_files(path: str) -> None:
             "held was lost (an OS crash while it was written, under a build that did not "
             "sync log files). Fix: remove the empty files and run again; their rows cannot "
             "be compared")
+
+
+def _local_files(path: str) -> list[tuple[Path, int]]:
+    """Return the files Spark reads in a local log folder, by name, with their sizes.
+
+    Those not hidden (Spark skips names that start with ``.`` or ``_``, as a ResponseLog's
+    temporary files do); none for logs that are not on the local disk.
+    """
+    folder = Path(path)
+    if "://" in path or path.startswith("file:") or not folder.is_dir():
+        return []
+    found = []
+    for file in sorted(folder.iterdir()):
+        if file.name.startswith((".", "_")):
+            continue
+        try:
+            if file.is_file():
+                found.append((file, file.stat().st_size))
+        except OSError:  # gone since it was listed
+            continue
+    return found
 
 
 #: Where the fix of logs that lack columns begins.
@@ -273,13 +289,10 @@ def _files_without(path: str, columns: Sequence[str]) -> dict[str, list[str]]:
 
     Spark reads such a column as nulls; empty for logs that are not on the local disk.
     """
-    folder = Path(path)
-    if not columns or "://" in path or path.startswith("file:") or not folder.is_dir():
+    if not columns:
         return {}
     found: dict[str, list[str]] = {}
-    for file in sorted(folder.iterdir()):
-        if file.name.startswith((".", "_")) or not file.is_file():
-            continue
+    for file, _ in _local_files(path):
         try:
             names = set(pq.read_schema(file).names)
         except (OSError, ValueError):  # Spark read it: a race with a writer, at worst
