@@ -161,6 +161,14 @@ class TestGroupBy:
         with raises("produce the column user_views_duration_sum_1d more than once"):
             views_group_by(aggregations=[aggregation, aggregation])
 
+    def test_output_columns_that_differ_in_case_are_one_column(self) -> None:
+        """Spark reads them as one: no prefix of the Join could tell them apart."""
+        with raises(r"aggregations: produce the columns user_views_Duration_sum_1d and "
+                    r"user_views_duration_sum_1d, which differ only in case: Spark reads "
+                    r"them as one column\. Fix: remove one of the aggregations"):
+            views_group_by(aggregations=[tt.Aggregation("duration", "sum", windows=["1d"]),
+                                         tt.Aggregation("Duration", "sum", windows=["1d"])])
+
     def test_windows_need_a_time_column(self) -> None:
         ratings = tt.EntitySource("ratings_snapshots", mutation_table="rating_mutations")
         with raises(r"aggregations\[0\]\.windows: source ratings_snapshots has no time column"):

@@ -135,12 +135,24 @@ class GroupBy:
         if problems:
             return problems
         problems += self._period_problems()
-        names = self.output_columns()
-        repeated = sorted({name for name in names if names.count(name) > 1})
+        spellings: dict[str, list[str]] = {}  # Spark resolves names without regard to case
+        for name in self.output_columns():
+            spellings.setdefault(name.casefold(), []).append(name)
+        repeated = sorted({name for spelled in spellings.values() for name in spelled
+                           if spelled.count(name) > 1})
         if repeated:
             problems.append(Problem(
                 "aggregations", f"produce the column {', '.join(repeated)} more than once",
                 "remove the repeated aggregation (same column, op and window)",
+            ))
+        cased = [" and ".join(sorted(set(spelled))) for spelled in spellings.values()
+                 if len(set(spelled)) > 1]
+        if cased:
+            problems.append(Problem(
+                "aggregations", f"produce the columns {'; '.join(cased)}, which differ only "
+                "in case: Spark reads them as one column",
+                "remove one of the aggregations, or rename one input column in the source's "
+                "select",
             ))
         return problems
 

@@ -274,10 +274,11 @@ class BackfillJob:
         self.options.cached.clear()
 
     def dataframe(self) -> DataFrame:
-        """Return the output DataFrame. Lazy: Spark runs it when you write or collect it.
+        """Return the output DataFrame. Spark runs it when you write or collect it.
 
         The small jobs that shape the plan (counts, snapshot days, hot keys) ran when the
-        job was built.
+        job was built. Lazy but for the parts on the interval tree: each collects its
+        distinct queries to the driver here and broadcasts them (a job or two per part).
         """
         left = self._kept_left()
         untimed = self.report.sources[0].without_time
