@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
 
 HERE = Path(__file__).resolve().parent
 sys.path.append(str(HERE.parent))  # timetile, when it is not installed
@@ -36,14 +37,14 @@ DAYS = 30
 KEYS = 2_000
 
 
-def inputs(spark, events: int, queries: int):  # type: ignore[no-untyped-def]
+def inputs(spark: SparkSession, events: int, queries: int) -> list[DataFrame]:
     """Events with ten value columns, and left rows in the last ten days; cached."""
     rng = np.random.default_rng(1)
-    columns = {"user_id": rng.integers(1, KEYS + 1, events),
+    columns: dict[str, np.ndarray] = {"user_id": rng.integers(1, KEYS + 1, events),
                "ts": START + rng.integers(0, DAYS * DAY_MS, events)}
     for index in range(10):
         columns[f"c{index}"] = rng.integers(-100, 1000, events) / 4
-    left = {"user_id": rng.integers(1, KEYS + 1, queries),
+    left: dict[str, np.ndarray] = {"user_id": rng.integers(1, KEYS + 1, queries),
             "ts": START + (DAYS - 10) * DAY_MS + rng.integers(0, 10 * DAY_MS, queries)}
     frames = [spark.createDataFrame(pa.table(table)).cache()
               for table in (columns, left)]
@@ -52,7 +53,7 @@ def inputs(spark, events: int, queries: int):  # type: ignore[no-untyped-def]
     return frames
 
 
-def wide_join(events, queries, parts: int, features: int) -> tt.Join:  # type: ignore[no-untyped-def]
+def wide_join(events: DataFrame, queries: DataFrame, parts: int, features: int) -> tt.Join:
     """P GroupBys of ``features`` features each, all over ``events``."""
     source = tt.EventSource(events, time_column="ts")
     windows = WINDOWS[:max(1, features // 4)]
