@@ -161,6 +161,18 @@ class TestGroupBy:
         with raises("produce the column user_views_duration_sum_1d more than once"):
             views_group_by(aggregations=[aggregation, aggregation])
 
+    @pytest.mark.parametrize("name", ["_tt", "_TT", "_tt_views", "_Tt_x"])
+    def test_names_that_begin_timetiles_own_columns_are_refused(self, name: str) -> None:
+        """A prefix ``_tt`` made a feature ``_tt_value_x_sum``: the name of the sweep's
+        own value column of another part's ``x_sum``, which took the left rows for events
+        (no row came back)."""
+        with raises(rf"name: '{name}' would begin column names with '_tt_', which in any "
+                    r"case are timetile's own\. Fix: use another name"):
+            tt.JoinPart(views_group_by(), prefix=name)
+        with raises(rf"in GroupBy:\n  - name: '{name}' would begin column names with '_tt_'"):
+            views_group_by(name=name)
+        tt.JoinPart(views_group_by(), prefix="_ttl")  # its columns begin with _ttl_
+
     def test_output_columns_that_differ_in_case_are_one_column(self) -> None:
         """Spark reads them as one: no prefix of the Join could tell them apart."""
         with raises(r"aggregations: produce the columns user_views_Duration_sum_1d and "

@@ -14,6 +14,7 @@ from timetile.api.windows import Window
 from timetile.core.timeutil import DAY_MS
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED = "_tt_"  # as timetile.spark.sources.RESERVED_PREFIX, which api cannot import
 
 
 #: The ops that merge the rows of a pre-aggregated source (``EventSource(period=...)``).
@@ -32,11 +33,21 @@ class Accuracy(Enum):
 
 
 def check_name(subject: str, name: object) -> None:
-    """Names become column prefixes and table names: they must be identifiers."""
+    """Names become column prefixes and table names: they must be identifiers.
+
+    Not ``_tt`` nor one that starts with ``_tt_``, in any case: the columns they begin
+    would take the names of timetile's own (``timetile.spark.sources.RESERVED_PREFIX``).
+    """
     if not isinstance(name, str) or not _NAME.match(name):
         raise DefinitionError.single(
             subject, "name", f"{name!r} is not a valid name",
             "use letters, digits and underscores, starting with a letter (e.g. 'user_views')",
+        )
+    if f"{name}_".casefold().startswith(_RESERVED):
+        raise DefinitionError.single(
+            subject, "name", f"{name!r} would begin column names with {_RESERVED!r}, which "
+            "in any case are timetile's own", "use another name, starting with a letter "
+            "(e.g. 'user_views')",
         )
 
 

@@ -31,7 +31,7 @@ definition (one changed while the logs were written), and none of its features i
 or when its ``definition`` is not the Join's (:func:`~timetile.online.layout.join_signature`:
 changed with the same feature names, a ``where`` added). Logs where no row is left, where no
 row holds some feature of the Join, or where every row names another definition, are a
-:class:`ConsistencyError`, never "served null" mismatches; so is an empty log file.
+:class:`ConsistencyError`, never "served null" mismatches; so is an empty local log file.
 
 Cost: one read of the logs, the backfill of the logged rows (plus the oracle's, when the
 Join has approximate ops), then O(rows × features) Python on the executors; the compared
@@ -100,7 +100,7 @@ def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str
     offline as JSON text, smape) and ``report.html`` (self-contained, SVG plots).
 
     Raises:
-        ConsistencyError: no logs for the Join, unreadable or empty log files, no usable
+        ConsistencyError: no logs for the Join, unreadable or empty local log files, no usable
             row of the Join, a feature no usable row holds or no row of this definition
             (the logs of another definition), an unreadable left source, or a key column
             the left source does not have.

@@ -99,7 +99,7 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
     file of an earlier build, a result no Fetcher made) is told apart by names only.
 
     Raises:
-        ConsistencyError: no logs at ``path``, an empty log file (its rows lost), files
+        ConsistencyError: no logs at ``path``, an empty local log file (its rows lost), files
             that are not response logs, no usable row, none of ``join``, a feature of
             ``join`` that no usable row holds, or no row of ``join``'s definition (the logs
             of another definition).
@@ -214,14 +214,15 @@ def _rows_of_this_definition(groups: Sequence[Any], names: Sequence[str], join: 
         raise ConsistencyError(
             f"None of the {redefinitions:,} logged rows of Join {join.name!r} under {path} "
             "that hold all of its features was served by this definition of it: their "
-            "definition column names another (a source's where, select or time column, a "
-            "key, an accuracy or an aggregation changed since, the feature names did not). "
-            "Fix: pass the definitions of the Join that served these logs")
+            "definition column names another (since, a GroupBy was added or removed, or one "
+            "changed its source's where, select or time column, a key, its accuracy or an "
+            "aggregation, or a prefix or key mapping changed). Fix: pass the definitions of "
+            "the Join that served these logs")
     if redefinitions:
         log.warning("%s: %s logged rows of Join %r were served by another definition of it "
-                    "(their definition column differs: a source, key or aggregation changed, "
-                    "not the feature names), they are left out", path, f"{redefinitions:,}",
-                    join.name)
+                    "(their definition column differs: a GroupBy added or removed, or a "
+                    "source, key, aggregation, prefix or key mapping changed), they are left "
+                    "out", path, f"{redefinitions:,}", join.name)
     return kept
 
 
