@@ -23,7 +23,7 @@ import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
 from timetile.online.jsonable import to_json_value
-from timetile.online.layout import META_TABLE, join_signature
+from timetile.online.layout import META_TABLE, served_definition
 from timetile.online.lmdb_store import LmdbStore
 from timetile.online.server import create_app
 from timetile.online.store import open_store
@@ -402,5 +402,7 @@ def test_responses_are_logged(uploaded: dict[str, Any], tmp_path: Path) -> None:
     assert features == [result["features"] for result in response.json()["results"]]
     assert features[0]["users_amount_sum_1d"] == "NaN"
     # what served them, so the consistency job leaves out another definition's rows
-    assert table.column("definition").to_pylist() == [join_signature(uploaded["model"])] * 2
+    assert table.column("definition").to_pylist() == [served_definition(uploaded["model"])] * 2
+    assert list(json.loads(table.column("definition")[0].as_py())) == sorted(
+        part.label for part in uploaded["model"].join_parts)
     assert app.state.response_log.written == 2

@@ -27,7 +27,7 @@ from timetile.online.layout import (
     batch_table,
     encode_key,
     feature_signature,
-    join_signature,
+    part_signatures,
 )
 from timetile.online.store import open_store
 from timetile.online.upload import _next_generation, upload
@@ -163,29 +163,33 @@ def test_a_source_of_defaults_keeps_the_signature_of_earlier_builds() -> None:
     assert feature_signature(moved) == feature_signature(plain)  # a table moved: no change
 
 
-def test_the_join_signature_follows_what_is_served() -> None:
+def test_part_signatures_follow_what_is_served() -> None:
     """The response log's definition: another where, prefix or key mapping serves other
-    values; the left source, derivations and the parts' order serve the same ones."""
+    values of that part; the left source, derivations, the parts' order, the Join's name
+    and the other parts serve the same ones."""
     views = tt.GroupBy("views", tt.EventSource("t"), ["u"], [tt.Aggregation("x", "sum")])
     buys = tt.GroupBy("buys", tt.EventSource("b"), ["u"], [tt.Aggregation("y", "max")])
-    join = tt.Join("model", tt.EventSource("q"), [views, buys])
-    same = [tt.Join("model", tt.EventSource("other_queries", time_column="at"), [buys, views],
+    signatures = part_signatures(tt.Join("model", tt.EventSource("q"), [views, buys]))
+    assert list(signatures) == ["views", "buys"]
+    same = [tt.Join("other", tt.EventSource("other_queries", time_column="at"), [buys, views],
                     derivations={"z": "views_x_sum + 1"}),
             tt.Join("model", tt.EventSource("q"),
                     [replace(views, source=tt.EventSource("moved")), buys])]
-    assert {join_signature(other) for other in same} == {join_signature(join)}
+    assert all(part_signatures(join) == signatures for join in same)
+    assert part_signatures(tt.Join("model", tt.EventSource("q"), [views])) == {
+        "views": signatures["views"]}
     changed = [
-        tt.Join("model", tt.EventSource("q"),
-                [replace(views, source=tt.EventSource("t", where="x > 0")), buys]),
-        tt.Join("model", tt.EventSource("q"), [tt.JoinPart(views, prefix="p"), buys]),
-        tt.Join("model", tt.EventSource("q"),
-                [tt.JoinPart(views, key_mapping={"v": "u"}), buys]),
-        tt.Join("model", tt.EventSource("q"), [views]),
-        tt.Join("other", tt.EventSource("q"), [views, buys]),
+        replace(views, source=tt.EventSource("t", where="x > 0")),
+        tt.JoinPart(views, key_mapping={"v": "u"}),
+        replace(views, aggregations=[tt.Aggregation("x", "sum", windows=["1d"])]),
     ]
-    digests = {join_signature(other) for other in changed}
+    digests = {part_signatures(tt.Join("model", tt.EventSource("q"), [part, buys]))["views"]
+               for part in changed}
     assert len(digests) == len(changed)
-    assert join_signature(join) not in digests
+    assert signatures["views"] not in digests
+    prefixed = part_signatures(tt.Join("m", tt.EventSource("q"), [tt.JoinPart(views, "p")]))
+    assert list(prefixed) == ["p_views"]
+    assert prefixed["p_views"] != signatures["views"]
 
 
 class _SlowReads:

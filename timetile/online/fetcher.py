@@ -41,9 +41,9 @@ from timetile.online.layout import (
     decode_events,
     encode_key,
     feature_signature,
-    join_signature,
     online_features,
     series_dtypes,
+    served_definition,
     tile_table,
 )
 from timetile.online.store import KVStore, Tile
@@ -158,9 +158,9 @@ class Fetcher:
         expect_argument("store", store, KVStore, "an open store",
                         "open it first: timetile.online.store.open_store(uri)")
         self.join = join
-        #: What this Fetcher serves (:func:`~timetile.online.layout.join_signature`), in
-        #: each of its results (:attr:`FetchResult.definition`).
-        self.definition = join_signature(join)
+        #: What this Fetcher serves (:func:`~timetile.online.layout.served_definition`),
+        #: in each of its results (:attr:`FetchResult.definition`).
+        self.definition = served_definition(join)
         self.store = store
         self.clock = clock
         self._served: dict[str, _Served] = {}

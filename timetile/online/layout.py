@@ -22,6 +22,7 @@ the backfill runs.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -180,19 +181,28 @@ def feature_signature(group_by: GroupBy) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def join_signature(join: Join) -> str:
-    """Return a digest of what a Join serves: its parts' signatures, prefixes, key mappings.
+def part_signatures(join: Join) -> dict[str, str]:
+    """Return, per part of a Join (by its label), a digest of what the part serves.
 
-    Each part's :func:`feature_signature`, prefix and key mapping, and the Join's name. The
-    response log writes it in every row it logs, so the consistency job compares only the
-    rows its own definition would have served and leaves out those of another, even one
-    with the same feature names (a ``where`` added to a source). The left source and the
-    derivations are not in it: the Fetcher serves neither. The parts' order is not either:
-    it orders columns, not values.
+    The part's GroupBy's :func:`feature_signature`, its prefix and its key mapping. The
+    response log writes them in every row it logs (:func:`served_definition`), so the
+    consistency job compares only the rows its own parts would have served, each part as
+    defined now, and leaves out those of another definition, even one with the same feature
+    names (a ``where`` added to a source). What the Fetcher does not serve is not in them:
+    the left source, the derivations, the parts' order, the Join's name.
     """
-    parts = sorted(repr((part.prefix, part.mapping, feature_signature(part.group_by)))
-                   for part in join.join_parts)
-    return hashlib.sha256("\n".join([join.name, *parts]).encode()).hexdigest()[:16]
+    return {part.label: hashlib.sha256(repr((part.prefix, part.mapping,
+                                            feature_signature(part.group_by))).encode()
+                                       ).hexdigest()[:16]
+            for part in join.join_parts}
+
+
+def served_definition(join: Join) -> str:
+    """Return what a Fetcher of ``join`` logs as its ``definition``: its parts' digests.
+
+    A JSON object of :func:`part_signatures`, its keys sorted: ``{"users":"4f0c…"}``.
+    """
+    return json.dumps(part_signatures(join), sort_keys=True, separators=(",", ":"))
 
 
 def series_dtypes(features: Sequence[OnlineFeature]) -> dict[str, np.dtype[Any]]:

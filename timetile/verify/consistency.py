@@ -28,8 +28,9 @@ that are not a JSON object), when its ``join`` names another Join, when its keys
 as the Join's key columns, or when its features lack one of the Join's features: the Fetcher
 logs every feature of its definition, nulls included, so such a row was served by another
 definition (one changed while the logs were written), and none of its features is compared;
-or when its ``definition`` is not the Join's (:func:`~timetile.online.layout.join_signature`:
-changed with the same feature names, a ``where`` added). Logs where no row is left, where no
+or when its ``definition`` gives one of the Join's parts another digest, or none
+(:func:`~timetile.online.layout.part_signatures`: changed with the same feature names, a
+``where`` added). Logs where no row is left, where no
 row holds some feature of the Join, or where every row names another definition, are a
 :class:`ConsistencyError`, never "served null" mismatches; so is an empty local log file.
 

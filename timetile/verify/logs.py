@@ -28,7 +28,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
-from timetile.online.layout import join_signature
+from timetile.online.layout import part_signatures
 from timetile.online.response_log import SCHEMA
 from timetile.spark.sources import literal_path, load
 
@@ -93,10 +93,12 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
     when its ``join`` names another Join; when its features lack one of the Join's
     features that other rows hold: the Fetcher logs every feature of its definition, nulls
     included, so such a row was served by another definition of the Join (one changed
-    while it logged), and none of its values is compared; or when its ``definition`` is
-    another than ``join``'s :func:`~timetile.online.layout.join_signature` (a definition
-    changed without changing names: a ``where`` added). A row without ``definition`` (a
-    file of an earlier build, a result no Fetcher made) is told apart by names only.
+    while it logged), and none of its values is compared; or when its ``definition`` gives
+    one of ``join``'s parts another digest than :func:`~timetile.online.layout.part_signatures`,
+    or none (a part changed without changing names: a ``where`` added). Parts the row's
+    Join had beyond ``join``'s do not matter, as extra features do not. A row without
+    ``definition`` (a file of an earlier build, a result no Fetcher made) is told apart by
+    names only.
 
     Raises:
         ConsistencyError: no logs at ``path``, an empty local log file (its rows lost), files
@@ -112,7 +114,11 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
     lacking = F.array_sort(F.array_except(F.array(*map(F.lit, names)),
                                           F.map_keys(_features_map())))
     # null where the row does not say (files of earlier builds): then only names tell
-    redefined = F.coalesce(F.col("definition") != join_signature(join), F.lit(False))
+    digests = F.from_json("definition", T.MapType(T.StringType(), T.StringType()),
+                          _JSON_OPTIONS)
+    same = functools.reduce(operator.and_, (digests.getItem(label) == digest for label, digest
+                                            in part_signatures(join).items()))
+    redefined = F.col("definition").isNotNull() & ~F.coalesce(same, F.lit(False))
     _refuse_empty_files(path)
     try:
         logs = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(literal_path(path))
@@ -214,13 +220,13 @@ def _rows_of_this_definition(groups: Sequence[Any], names: Sequence[str], join: 
         raise ConsistencyError(
             f"None of the {redefinitions:,} logged rows of Join {join.name!r} under {path} "
             "that hold all of its features was served by this definition of it: their "
-            "definition column names another (since, a GroupBy was added or removed, or one "
-            "changed its source's where, select or time column, a key, its accuracy or an "
-            "aggregation, or a prefix or key mapping changed). Fix: pass the definitions of "
-            "the Join that served these logs")
+            "definition column gives some of its GroupBys another digest, or none (since, a "
+            "GroupBy was added, or one changed its source's where, select or time column, a "
+            "key, its accuracy or an aggregation, or a prefix or key mapping changed). Fix: "
+            "pass the definitions of the Join that served these logs")
     if redefinitions:
         log.warning("%s: %s logged rows of Join %r were served by another definition of it "
-                    "(their definition column differs: a GroupBy added or removed, or a "
+                    "(their definition column gives some of its GroupBys another digest: a "
                     "source, key, aggregation, prefix or key mapping changed), they are left "
                     "out", path, f"{redefinitions:,}", join.name)
     return kept
