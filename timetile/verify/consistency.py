@@ -30,9 +30,9 @@ logs every feature of its definition, nulls included, so such a row was served b
 definition (one changed while the logs were written), and none of its features is compared;
 or when its ``definition`` gives one of the Join's parts another digest, or none
 (:func:`~timetile.online.layout.part_signatures`: changed with the same feature names, a
-``where`` added). Logs where no row is left, where no
-row holds some feature of the Join, or where every row names another definition, are a
-:class:`ConsistencyError`, never "served null" mismatches; so is an empty local log file.
+``where`` added). Logs where no row is left, where no row holds some feature of the Join,
+or where every row names another definition, are a :class:`ConsistencyError`, never
+"served null" mismatches; so is an empty local log file.
 
 Cost: one read of the logs, the backfill of the logged rows (plus the oracle's, when the
 Join has approximate ops), then O(rows × features) Python on the executors; the compared
