@@ -28,6 +28,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
+from timetile.core.locations import local_path
 from timetile.online.layout import part_signatures
 from timetile.online.response_log import SCHEMA
 from timetile.spark.sources import literal_path, load
@@ -257,10 +258,10 @@ def _local_files(path: str) -> list[tuple[Path, int]]:
     """Return the files Spark reads in a local log folder, by name, with their sizes.
 
     Those not hidden (Spark skips names that start with ``.`` or ``_``, as a ResponseLog's
-    temporary files do); none for logs that are not on the local disk.
+    temporary files do); none for logs that are not on the local disk (a ``file:`` URI is).
     """
-    folder = Path(path)
-    if "://" in path or path.startswith("file:") or not folder.is_dir():
+    folder = local_path(path)
+    if folder is None or not folder.is_dir():
         return []
     found = []
     for file in sorted(folder.iterdir()):
