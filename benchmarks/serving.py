@@ -11,7 +11,8 @@ Day D is uploaded (Spark, executors write the records), the first half of day D+
 written as streaming tiles, and fetches ask one random key at a random time of that half:
 record + tiles + head, merged and finalized, as ``Fetcher.fetch`` always does.
 
-In-process: p50 and p99 of ``Fetcher.fetch`` of one row, per store. HTTP: ``timetile serve``
+In-process: p50 and p99 of ``Fetcher.fetch`` of one row, per store, in a first pass
+over the requests and in a second pass over the same ones. HTTP: ``timetile serve``
 in a subprocess (uvicorn, loopback), driven by an asyncio client (httpx) with 1, 8 and 32
 concurrent clients: p50, p99 and requests per second. Goals: in-process p99 <= 1 ms on the
 embedded store; HTTP p99 <= 10 ms at 200 requests/s. Anchor: Feast's Java server on Redis
@@ -89,22 +90,31 @@ def prepare(store_uri: str, join: tt.Join, tables: list[pa.Table], spark: Any) -
             put_events(store, part.group_by, fresh, "bench")
 
 
-def in_process(store_uri: str, join: tt.Join, keys: int, fetches: int) -> dict[str, float]:
-    """p50/p99 (ms) of one-row fetches at random keys and times."""
+def in_process(store_uri: str, join: tt.Join, keys: int, fetches: int
+               ) -> list[dict[str, float]]:
+    """p50/p99 (ms) of one-row fetches at random keys and times, in two passes.
+
+    The second asks the same requests again, once the fetcher has decoded every record they
+    read and kept the states of their long runs: a server's steady state. The goal is
+    judged on the first.
+    """
     rng = np.random.default_rng(7)
+    passes = []
     with open_store(store_uri) as store:
         fetcher = Fetcher(join, store)
         for _ in range(200):  # warm up
             fetcher.fetch([{"user_id": int(rng.integers(1, keys))}], at=DAY_END + 1000)
-        samples = []
-        for _ in range(fetches):
-            row = [{"user_id": int(rng.zipf(1.2)) % keys + 1}]
-            at = int(rng.integers(DAY_END, DAY_END + DAY_MS // 2))
-            began = time.perf_counter()
-            fetcher.fetch(row, at=at)
-            samples.append((time.perf_counter() - began) * 1000)
-    return {"p50": percentile(samples, 0.5), "p99": percentile(samples, 0.99),
-            "mean": statistics.fmean(samples)}
+        requests = [([{"user_id": int(rng.zipf(1.2)) % keys + 1}],
+                     int(rng.integers(DAY_END, DAY_END + DAY_MS // 2))) for _ in range(fetches)]
+        for _ in range(2):
+            samples = []
+            for row, at in requests:
+                began = time.perf_counter()
+                fetcher.fetch(row, at=at)
+                samples.append((time.perf_counter() - began) * 1000)
+            passes.append({"p50": percentile(samples, 0.5), "p99": percentile(samples, 0.99),
+                           "mean": statistics.fmean(samples)})
+    return passes
 
 
 DEFINITIONS = """
@@ -219,10 +229,13 @@ def main(argv: list[str] | None = None) -> None:
         embedded = f"lmdb://{scratch}/store"
         for label, uri in (("embedded (LMDB)", embedded), ("Redis", redis.url)):
             prepare(uri, join, tables, spark)
-            figures = in_process(uri, join, args.keys, args.fetches)
-            lines.append(f"| in-process fetch of 1 row, {label} | {figures['p50']:.3f} | "
-                         f"{figures['p99']:.3f} | {figures['mean']:.3f} |")
-            print(lines[-1], flush=True)
+            for again, figures in zip(("", ", same requests again"),
+                                      in_process(uri, join, args.keys, args.fetches),
+                                      strict=True):
+                lines.append(f"| in-process fetch of 1 row, {label}{again} | "
+                             f"{figures['p50']:.3f} | {figures['p99']:.3f} | "
+                             f"{figures['mean']:.3f} |")
+                print(lines[-1], flush=True)
         spark.stop()
         lines += http_rows(defs, embedded, args.keys, args.requests)
     embedded_p99 = float(lines[2].split("|")[3])

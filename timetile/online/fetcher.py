@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from timetile.api.group_by import GroupBy
 from timetile.api.join import Join, JoinPart
 from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
 from timetile.core.entity_state import EntityFeature
+from timetile.core.series_folds import SeriesFolds
 from timetile.core.windows import MAX_TIME, MIN_TIME
 from timetile.online.entity_records import EntityRecord, EntityServing, decode_mutations
 from timetile.online.layout import (
@@ -48,39 +49,63 @@ from timetile.online.layout import (
 )
 from timetile.online.store import KVStore, Tile
 
-#: Bytes of encoded records (and of tiles) whose decoded form a fetcher keeps: they never
-#: change until the next upload (a new record is new bytes), so hot keys skip decoding.
+#: Bytes of encoded records (and of tiles, and of the sets of a key's tiles) whose decoded
+#: form a fetcher keeps: they never change until the next upload (a new record is new
+#: bytes), so hot keys skip decoding, and reuse the states kept of their long runs.
 CACHE_BYTES = 256 * 2**20
 log = logging.getLogger(__name__)
+K = TypeVar("K")
 
 
-class _DecodeCache:
-    """Bytes → their decoded value, least recently used out first. Thread-safe.
+class _DecodeCache(Generic[K]):
+    """Keys → decoded values, least recently used out first. Thread-safe.
 
-    Bounded by the total length of the cached bytes (decoded values are a small multiple).
+    Bounded by the total length of the encoded data each value came from (decoded values
+    are a small multiple, plus the states kept of long runs: see
+    :class:`~timetile.core.series_folds.SeriesFolds`).
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.held = 0
-        self._items: OrderedDict[bytes, Any] = OrderedDict()
+        self._items: OrderedDict[K, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, data: bytes, decode: Callable[[bytes], Any]) -> Any:
-        """Return the decoded ``data``, decoding it once."""
+    def peek(self, key: K) -> Any:
+        """Return the value kept under ``key``, or None."""
         with self._lock:
-            value = self._items.get(data)
-            if value is not None:
-                self._items.move_to_end(data)
-                return value
-        value = decode(data)
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: K, value: Any, size: int) -> None:
+        """Keep ``value``, decoded from ``size`` bytes, under ``key`` in place of any other.
+
+        Then the least recently used values go while the cache holds more than its capacity.
+        """
         with self._lock:
-            if data not in self._items:
-                self._items[data] = value
-                self.held += len(data)
+            replaced = self._items.pop(key, None)
+            if replaced is not None:
+                self.held -= replaced[1]
+            self._items[key] = (value, size)
+            self.held += size
             while self.held > self.capacity and self._items:
-                evicted, _ = self._items.popitem(last=False)
-                self.held -= len(evicted)
+                _, (_, evicted) = self._items.popitem(last=False)
+                self.held -= evicted
+
+    def values(self) -> list[Any]:
+        """Return the kept values, least recently used first."""
+        with self._lock:
+            return [value for value, _ in self._items.values()]
+
+    def get(self, key: K, decode: Callable[[K], Any], size: int) -> Any:
+        """Return the value of ``key``, decoded once from ``size`` bytes."""
+        value = self.peek(key)
+        if value is None:
+            value = decode(key)
+            self.put(key, value, size)
         return value
 
 
@@ -125,6 +150,14 @@ class FetchResult:
 
 
 @dataclass(frozen=True)
+class _Streamed:
+    """One key's tiles as a fetch read them, and their events per series (see _recent)."""
+
+    tiles: tuple[Tile, ...]
+    series: Mapping[str, SeriesFolds]
+
+
+@dataclass(frozen=True)
 class _Served:
     """One GroupBy as the fetcher serves it: an event source's features, or an entity's."""
 
@@ -164,8 +197,11 @@ class Fetcher:
         self.store = store
         self.clock = clock
         self._served: dict[str, _Served] = {}
-        self._records = _DecodeCache(CACHE_BYTES)
-        self._tiles = _DecodeCache(CACHE_BYTES)
+        self._records: _DecodeCache[bytes] = _DecodeCache(CACHE_BYTES)
+        self._tiles: _DecodeCache[bytes] = _DecodeCache(CACHE_BYTES)
+        # (GroupBy, key, day end) → the key's latest tiles read and their events, with the
+        # states kept of their runs (see _recent).
+        self._streamed: _DecodeCache[tuple[str, bytes, int]] = _DecodeCache(CACHE_BYTES)
         self._lock = threading.Lock()
         #: Per entity GroupBy, the streamed retractions of rows it did not hold, ignored
         #: (counted once per distinct key of a fetch).
@@ -202,6 +238,12 @@ class Fetcher:
                 _warm_up(entity.features)
                 served[name] = _Served(group_by, meta, (), {}, entity)
                 continue
+            before = self._served.get(name)
+            if before is not None and before.entity is None and (
+                    before.meta.value_types == meta.value_types):
+                # The same aggregators: the states kept of long runs (keyed by them) hold.
+                served[name] = _Served(group_by, meta, before.features, before.dtypes, None)
+                continue
             features = online_features(group_by, meta.value_types)
             _warm_up(features)
             served[name] = _Served(group_by, meta, features, series_dtypes(features), None)
@@ -214,6 +256,20 @@ class Fetcher:
         state, and the GroupBy is stale.
         """
         return self._served[group_by].meta.day_end
+
+    @property
+    def kept_states(self) -> int:
+        """How many states the fetcher keeps of hot keys' long runs of events.
+
+        Over its cached records and streamed events (:class:`SeriesFolds`): the memory they
+        take beyond the cached bytes, at most about ``sqrt(n)`` states per op for a run of
+        ``n`` events. O(cached keys).
+        """
+        series = [folds for record in self._records.values()
+                  if isinstance(record, BatchRecord) for folds in record.edges.values()]
+        series += [folds for streamed in self._streamed.values()
+                   for folds in streamed.series.values()]
+        return sum(folds.kept_states for folds in series)
 
     @property
     def key_columns(self) -> list[str]:
@@ -297,7 +353,7 @@ class Fetcher:
             self._entity_part(served, records, tiles, when=when, prefix=prefix,
                               results=answers)
         else:
-            self._event_part(served, records, tiles, when=when, prefix=prefix,
+            self._event_part(served, distinct, records, tiles, when=when, prefix=prefix,
                              results=answers)
         answer_of = dict(zip(distinct, answers, strict=True))
         answered: set[bytes] = set()
@@ -311,26 +367,54 @@ class Fetcher:
                 answered.add(key)
             result.stale.extend(name for name in answer.stale if name not in result.stale)
 
-    def _event_part(self, served: _Served, records: Sequence[bytes | None],
-                    tiles: Sequence[Sequence[Tile]], *, when: int, prefix: str,
-                    results: list[FetchResult]) -> None:
+    def _event_part(self, served: _Served, keys: Sequence[bytes],
+                    records: Sequence[bytes | None], tiles: Sequence[Sequence[Tile]], *,
+                    when: int, prefix: str, results: list[FetchResult]) -> None:
         """Merge each key's batch record with its streamed events since (:mod:`.tiles`)."""
         meta, group_by = served.meta, served.group_by
         empty = BatchRecord(meta.day_end, meta.slack, {}, {})
-        for result, data, key_tiles in zip(results, records, tiles, strict=True):
+        for result, key, data, key_tiles in zip(results, keys, records, tiles, strict=True):
             record = empty if data is None else self._records.get(
                 data, lambda raw: read_record(raw, served.features, served.dtypes,
                                               signature=meta.signature,
-                                              generation=meta.generation))
+                                              generation=meta.generation), len(data))
             if record.generation < meta.generation:  # the served upload found no event of
                 record = empty  # this key (a newer one is an upload under way: it answers)
             if not record.covers(when) and group_by.name not in result.stale:
                 result.stale.append(group_by.name)
-            recent = _recent([self._tiles.get(value, lambda raw: decode_events(
-                raw, served.dtypes)) for _, _, value in key_tiles], record.day_end, when)
+            recent = self._recent(served, key, record.day_end, key_tiles, when)
             states = record.states(served.features, when, recent)
             for feature, state in zip(served.features, states, strict=True):
                 result.features[prefix + feature.name] = feature.aggregator.finalize(state)
+
+    def _recent(self, served: _Served, key: bytes, since: int, tiles: Sequence[Tile],
+                when: int) -> Mapping[str, SeriesFolds]:
+        """Return one key's events streamed in ``tiles`` from ``since`` on, per series.
+
+        One set of tiles is kept per key, the latest read, with the states kept of its runs
+        (:class:`SeriesFolds`). A fetch takes it whole when it read the same tiles, or the
+        kept ones but for tiles that start after ``when`` (an earlier fetch time: their
+        events lie outside all its windows). A read that adds tiles to the kept ones (the
+        stream's next batches, a later fetch time) carries their kept states over, so a hot
+        key folds only its new events; any other read replaces them.
+        """
+        if not tiles:
+            return {}
+        name = (served.group_by.name, key, since)
+        read = tuple(tiles)
+        kept: _Streamed | None = self._streamed.peek(name)
+        before: Mapping[str, SeriesFolds] = {}
+        if kept is not None:
+            shared = kept.tiles[:len(read)]
+            if shared == read and all(start > when for start, _, _ in kept.tiles[len(read):]):
+                return kept.series
+            if read[:len(kept.tiles)] == kept.tiles:
+                before = kept.series
+        series = _series_since([self._tiles.get(value, lambda raw: decode_events(
+            raw, served.dtypes), len(value)) for _, _, value in read], since, before)
+        self._streamed.put(name, _Streamed(read, series),
+                           sum(len(value) for _, _, value in read))
+        return series
 
     def _entity_part(self, served: _Served, records: Sequence[bytes | None],
                      tiles: Sequence[Sequence[Tile]], *, when: int, prefix: str,
@@ -342,13 +426,14 @@ class Fetcher:
         for result, data, key_tiles in zip(results, records, tiles, strict=True):
             record = (None if data is None else self._records.get(
                 data, lambda raw: EntityRecord.from_bytes(raw, signature=meta.signature,
-                                                          generation=meta.generation)))
+                                                          generation=meta.generation),
+                len(data)))
             if record is None or record.generation < meta.generation:  # the key was not in
                 record = EntityRecord(meta.day_end, ())  # the served upload's snapshot
             if not record.covers(when, meta.slack) and name not in result.stale:
                 result.stale.append(name)
             mutations = [m for _, _, value in key_tiles
-                         for m in self._tiles.get(value, decode_mutations)]
+                         for m in self._tiles.get(value, decode_mutations, len(value))]
             answers, missed = entity.answer(record, mutations, when)
             unmatched += missed
             for column, value in zip(entity.names, answers, strict=True):
@@ -367,21 +452,26 @@ class Fetcher:
                         name)
 
 
-def _recent(tiles: Sequence[Mapping[str, Series]], since: int, until: int
-            ) -> dict[str, Series]:
-    """Gather the streamed events in ``[since, until)`` per series, sorted by time."""
+def _series_since(tiles: Sequence[Mapping[str, Series]], since: int,
+                  before: Mapping[str, SeriesFolds]) -> dict[str, SeriesFolds]:
+    """Gather the streamed events from ``since`` on per series, sorted by time.
+
+    A fetch takes the runs its windows hold (:meth:`BatchRecord.states`), so events after
+    the fetch time stay here: the set of tiles read, not the fetch time, names the result.
+    ``before`` holds the series of the first of these tiles: their kept states carry over
+    where the other tiles' events all come after theirs.
+    """
     parts: dict[str, list[Series]] = {}
     for tile in tiles:
         for name, (values, times) in tile.items():
-            keep = (times >= since) & (times < until)
+            keep = times >= since
             parts.setdefault(name, []).append((values[keep], times[keep]))
     merged = {}
     for name, pieces in parts.items():
         values = np.concatenate([values for values, _ in pieces])
         times = np.concatenate([times for _, times in pieces])
-        if len(times) < 2 or bool(np.all(times[1:] >= times[:-1])):  # already in order
-            merged[name] = (values, times)
-            continue
-        order = np.argsort(times, kind="stable")
-        merged[name] = (values[order], times[order])
+        if len(times) >= 2 and not bool(np.all(times[1:] >= times[:-1])):  # out of order
+            order = np.argsort(times, kind="stable")
+            values, times = values[order], times[order]
+        merged[name] = SeriesFolds(values, times, after=before.get(name))
     return merged

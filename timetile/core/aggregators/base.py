@@ -52,6 +52,12 @@ class Aggregator(ABC, Generic[StateT]):
         error_bound: a sentence stating the op's error guarantee, for docs and tests.
         state_version: which form of the state :meth:`to_bytes` writes; raised when the form
             changes, so that stores keyed by it (stored hop partials) never mix forms.
+        checkpointable: whether a state stays small, whatever its input, and merging the
+            states of consecutive runs of events gives the state of one fold of them all,
+            wherever the runs are cut (to a double's last bits for the moment ops): then the
+            online fetcher keeps the states of a hot key's long runs
+            (:mod:`timetile.core.series_folds`). Not KLL (its merges are randomized), nor
+            the multisets (their states grow with the distinct values).
 
     """
 
@@ -61,6 +67,7 @@ class Aggregator(ABC, Generic[StateT]):
     approximate: ClassVar[bool] = False
     error_bound: ClassVar[str | None] = None
     state_version: ClassVar[int] = 1
+    checkpointable: ClassVar[bool] = False
 
     def __init__(self, input_type: ValueType) -> None:
         if self.numeric_only and not input_type.numeric:

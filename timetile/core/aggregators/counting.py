@@ -40,6 +40,7 @@ class Count(Aggregator[int]):
 
     op: ClassVar[str] = "count"
     invertible: ClassVar[bool] = True
+    checkpointable: ClassVar[bool] = True
 
     def result_type(self) -> ResultType:
         """Return ``INT``, whatever the column type."""
@@ -123,6 +124,7 @@ class _ExactSum(Aggregator[SumState]):
 
     invertible: ClassVar[bool] = True
     numeric_only: ClassVar[bool] = True
+    checkpointable: ClassVar[bool] = True
 
     def init(self) -> SumState:
         """Return the state of no values."""

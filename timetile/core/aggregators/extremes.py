@@ -35,6 +35,7 @@ class _ValueExtreme(Aggregator[Scalar | None]):
     """The least or greatest value. State: that value or None. ``update`` O(n) vectorized."""
 
     largest: ClassVar[bool]
+    checkpointable: ClassVar[bool] = True
 
     def result_type(self) -> ResultType:
         """Return the input type."""
@@ -109,6 +110,7 @@ class _TimedExtreme(Aggregator[TimedValue | None]):
     """
 
     latest: ClassVar[bool]
+    checkpointable: ClassVar[bool] = True
 
     def result_type(self) -> ResultType:
         """Return the input type."""

@@ -212,6 +212,7 @@ class _Moments(Aggregator[MomentState]):
     """
 
     numeric_only: ClassVar[bool] = True
+    checkpointable: ClassVar[bool] = True
     state_version: ClassVar[int] = 2  # 2: the mean's low word
 
     def result_type(self) -> ResultType:

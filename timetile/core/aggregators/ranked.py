@@ -47,6 +47,7 @@ class _Ranked(Aggregator[tuple[EntryT, ...]], Generic[EntryT]):
     """
 
     descending: ClassVar[bool]
+    checkpointable: ClassVar[bool] = True
 
     def __init__(self, input_type: ValueType, k: int) -> None:
         super().__init__(input_type)

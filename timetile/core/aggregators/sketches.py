@@ -141,6 +141,7 @@ class ApproxUniqueCount(Aggregator[HllState]):
 
     op: ClassVar[str] = "approx_unique_count"
     approximate: ClassVar[bool] = True
+    checkpointable: ClassVar[bool] = True
     error_bound: ClassVar[str | None] = (
         f"HLL with lg_k={HLL_LG_K}: relative standard error 1.04/sqrt(2^{HLL_LG_K}) ≈ "
         f"{HLL_RSE:.2%}; about 99.7% of estimates fall within 3 standard errors "
