@@ -19,7 +19,7 @@ and the fetcher flags the response stale.
 Size: one state per feature plus the raw events of each column's edges, at most one slack
 of events per distinct window length. Fetch cost: O(features · log n) to find each feature's
 runs of edge and new events, plus their folds: a run that keeps one end from fetch to fetch
-(:mod:`timetile.core.series_folds`) folds about ``sqrt(n)`` of its ``n`` events once its
+(:mod:`timetile.core.series_folds`) folds about ``4 * sqrt(n)`` of its ``n`` events once its
 kept states exist, so a hot key's fetch within the slack no longer folds days of events per
 feature (for ``unique_count``, ``histogram``, ``approx_percentile`` and bucketed features,
 and for a window that begins after ``day_end``, it still folds the run whole).
@@ -203,7 +203,7 @@ class BatchRecord:
         the same series and window find once (O(log n) each). A run that keeps one end from
         fetch to fetch (the edge's up to the body, the recent events' from the day end)
         comes mostly as a kept state (:class:`~timetile.core.series_folds.SeriesFolds`), so
-        a hot key folds about ``sqrt(n)`` of its events per feature, not all of them.
+        a hot key folds about ``4 * sqrt(n)`` of its events per feature, not all of them.
         """
         found: dict[tuple[str, Any], tuple[bool, list[_Run]]] = {}
         states = []

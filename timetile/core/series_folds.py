@@ -10,10 +10,14 @@ states of the runs from the anchor to checkpoints about ``block`` events apart, 
 fetches reach further; a fetch then takes one kept state and folds the events between it and
 the run's moving end, fewer than about ``block`` of them.
 
-``block`` is ``max(MIN_BLOCK, isqrt(n))`` for the ``n`` events beyond the anchor: at most
-about ``sqrt(n)`` states per (op, anchor), and about ``sqrt(n)`` events folded per fetch. A
-checkpoint never splits the events of one millisecond, so a kept state and the events after
-it are disjoint in time, as the tiled executor's hops are.
+``block`` is ``max(MIN_BLOCK, 4 * isqrt(n))`` for the ``n`` events beyond the anchor: at
+most about ``sqrt(n) / 4`` states per (op, anchor), and at most about ``4 * sqrt(n)`` events
+folded per fetch. A block costs a fold call and a merge to build, where a fetch folds its
+events in a few vectorized calls: ``sqrt(n)``-event blocks made a hot key's first fetch after
+an upload 5 times its old cost, ``4 * sqrt(n)`` about twice, for 0.15 ms more at p99 once
+built (benchmarks/RESULTS.md, "Hot keys fetch from kept states"). A checkpoint never splits
+the events of one millisecond, so a kept state and the events after it are disjoint in
+time, as the tiled executor's hops are.
 
 Only ops whose merges give what one fold gives, wherever the run is cut, and whose states
 stay small (:attr:`~timetile.core.aggregators.base.Aggregator.checkpointable`) keep states;
@@ -51,7 +55,7 @@ class _Checkpoints:
         self.anchor = anchor
         self.forward = forward
         extent = len(folds) - anchor if forward else anchor
-        self.block = max(MIN_BLOCK, math.isqrt(extent))
+        self.block = max(MIN_BLOCK, 4 * math.isqrt(extent))
         self.distances = [0]  # |cut - anchor|, increasing
         self.states: list[Any] = [aggregator.init()]
 
@@ -135,7 +139,7 @@ class SeriesFolds:
     """A series (values and times, sorted by time) and the kept states of its anchored runs.
 
     Thread-safe. Memory: the series, plus for each (op, anchor) a fetch used, at most about
-    ``sqrt(n)`` states.
+    ``sqrt(n) / 4`` states (about twice that after carrying over from ``after``).
 
     Args:
         values: the values, in time order.
