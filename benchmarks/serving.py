@@ -8,7 +8,8 @@ One command runs everything and writes the section ``serving`` of ``RESULTS.md``
 The data: a Join of 3 GroupBys × 10 features (counts, sums, averages, maxima, a last_k and
 an approx_unique_count over sliding, sawtooth and lifetime windows) over Zipf-skewed keys.
 Day D is uploaded (Spark, executors write the records), the first half of day D+1 is
-written as streaming tiles, and fetches ask one random key at a random time of that half:
+written as streaming tiles, and fetches ask one random key (Zipf-skewed as the events are:
+the key with the most events most often) at a random time of that half:
 record + tiles + head, merged and finalized, as ``Fetcher.fetch`` always does.
 
 In-process: p50 and p99 of ``Fetcher.fetch`` of one row, per store, in a first pass
@@ -104,7 +105,7 @@ def in_process(store_uri: str, join: tt.Join, keys: int, fetches: int
         fetcher = Fetcher(join, store)
         for _ in range(200):  # warm up
             fetcher.fetch([{"user_id": int(rng.integers(1, keys))}], at=DAY_END + 1000)
-        requests = [([{"user_id": int(rng.zipf(1.2)) % keys + 1}],
+        requests = [([{"user_id": (int(rng.zipf(1.2)) - 1) % keys + 1}],
                      int(rng.integers(DAY_END, DAY_END + DAY_MS // 2))) for _ in range(fetches)]
         for _ in range(2):
             samples = []
@@ -152,7 +153,7 @@ async def _load(port: int, keys: int, clients: int, requests: int,
     client sent it: a server that falls behind the schedule shows it (no coordinated omission).
     """
     rng = np.random.default_rng(11)
-    bodies = [{"rows": [{"user_id": int(rng.zipf(1.2)) % keys + 1}],
+    bodies = [{"rows": [{"user_id": (int(rng.zipf(1.2)) - 1) % keys + 1}],
                "at": int(rng.integers(DAY_END, DAY_END + DAY_MS // 2))} for _ in range(requests)]
     latencies: list[float] = []
     queue: asyncio.Queue[int] = asyncio.Queue()

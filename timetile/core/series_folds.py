@@ -172,6 +172,15 @@ class SeriesFolds:
         with self._lock:
             return sum(len(kept.states) - 1 for kept in self._kept.values())
 
+    @property
+    def kept_runs(self) -> int:
+        """Return how many (op, anchor) pairs keep states.
+
+        A few per op, however many fetches ran, since the anchors stay put.
+        """
+        with self._lock:
+            return len(self._kept)
+
     def _check(self) -> None:
         """Assert the invariants of every kept run (:meth:`_Checkpoints._check`)."""
         assert len(self.values) == len(self.times)

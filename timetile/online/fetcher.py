@@ -15,6 +15,7 @@ fetch before the record's day end gets the empty table's values and is stale.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import threading
 import time
@@ -49,9 +50,10 @@ from timetile.online.layout import (
 )
 from timetile.online.store import KVStore, Tile
 
-#: Bytes of encoded records (and of tiles, and of the sets of a key's tiles) whose decoded
-#: form a fetcher keeps: they never change until the next upload (a new record is new
-#: bytes), so hot keys skip decoding, and reuse the states kept of their long runs.
+#: Bytes of encoded records (and as many of tiles, and of the tiles kept per key with their
+#: events) whose decoded form a fetcher keeps: they never change until the next upload (a
+#: new record is new bytes), so hot keys skip decoding and reuse the states kept of their
+#: long runs.
 CACHE_BYTES = 256 * 2**20
 log = logging.getLogger(__name__)
 K = TypeVar("K")
@@ -94,6 +96,12 @@ class _DecodeCache(Generic[K]):
             while self.held > self.capacity and self._items:
                 _, (_, evicted) = self._items.popitem(last=False)
                 self.held -= evicted
+
+    def drop(self, unwanted: Callable[[K], bool]) -> None:
+        """Let go of the values whose keys are ``unwanted``. O(values kept)."""
+        with self._lock:
+            for key in [key for key in self._items if unwanted(key)]:
+                self.held -= self._items.pop(key)[1]
 
     def values(self) -> list[Any]:
         """Return the kept values, least recently used first."""
@@ -239,6 +247,9 @@ class Fetcher:
                 served[name] = _Served(group_by, meta, (), {}, entity)
                 continue
             before = self._served.get(name)
+            if before is not None and before.meta.day_end != meta.day_end:
+                # A new upload: the streamed events kept since the old day end are done.
+                self._streamed.drop(functools.partial(_of_another_day, name, meta.day_end))
             if before is not None and before.entity is None and (
                     before.meta.value_types == meta.value_types):
                 # The same aggregators: the states kept of long runs (keyed by them) hold.
@@ -450,6 +461,11 @@ class Fetcher:
             log.warning("%s: a streamed mutation retracts a row the entity does not hold "
                         "(ignored, as the backfill ignores it); Fetcher.unmatched counts them",
                         name)
+
+
+def _of_another_day(group_by: str, day_end: int, kept: tuple[str, bytes, int]) -> bool:
+    """Whether ``kept``, a key of the streamed events, is of ``group_by`` since another day."""
+    return kept[0] == group_by and kept[2] != day_end
 
 
 def _series_since(tiles: Sequence[Mapping[str, Series]], since: int,

@@ -134,15 +134,26 @@ def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[
     """Return the features of ``group_by`` as the online side computes them.
 
     Names carry no join-part prefix; ``value_types`` gives each column's coarse type.
+    Features of one op over one series (its windows) share one aggregator, which keys the
+    states a fetcher keeps of long runs (:class:`~timetile.core.series_folds.SeriesFolds`):
+    windows whose runs start at the same event share them.
     """
     features = []
+    shared: dict[tuple[Any, ...], Any] = {}
     for aggregation in group_by.aggregations or ():
         value_type = ValueType(value_types[aggregation.column])
+        percentiles = (None if aggregation.percentiles is None
+                       else tuple(aggregation.percentiles))
         for name, window, bucket in aggregation.outputs(group_by.name, None):
-            aggregator: Any = make_aggregator(aggregation.op, value_type, k=aggregation.k,
-                                              percentiles=aggregation.percentiles)
-            if bucket is not None:
-                aggregator = Bucketed(aggregator)
+            op = (aggregation.op, aggregation.column, value_type, aggregation.k, percentiles,
+                  bucket)
+            aggregator = shared.get(op)
+            if aggregator is None:
+                aggregator = make_aggregator(aggregation.op, value_type, k=aggregation.k,
+                                             percentiles=aggregation.percentiles)
+                if bucket is not None:
+                    aggregator = Bucketed(aggregator)
+                shared[op] = aggregator
             features.append(OnlineFeature(name, series_name(aggregation.column, bucket),
                                           aggregator, window_spec(window), value_type))
     return tuple(features)
