@@ -13,8 +13,10 @@ from timetile.api.sources import EntitySource, EventSource
 from timetile.api.windows import Window
 from timetile.core.timeutil import DAY_MS
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_RESERVED = "_tt_"  # as timetile.spark.sources.RESERVED_PREFIX, which api cannot import
+#: A name Spark and mapInArrow take as it is: a GroupBy's, a Join's, a column's.
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: timetile's own columns start with this, in any case; no name a user gives may.
+RESERVED_PREFIX = "_tt_"
 
 
 #: The ops that merge the rows of a pre-aggregated source (``EventSource(period=...)``).
@@ -36,16 +38,16 @@ def check_name(subject: str, name: object) -> None:
     """Names become column prefixes and table names: they must be identifiers.
 
     Not ``_tt`` nor one that starts with ``_tt_``, in any case: the columns they begin
-    would take the names of timetile's own (``timetile.spark.sources.RESERVED_PREFIX``).
+    would take the names of timetile's own (:data:`RESERVED_PREFIX`).
     """
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not IDENTIFIER.match(name):
         raise DefinitionError.single(
             subject, "name", f"{name!r} is not a valid name",
             "use letters, digits and underscores, starting with a letter (e.g. 'user_views')",
         )
-    if f"{name}_".casefold().startswith(_RESERVED):
+    if f"{name}_".casefold().startswith(RESERVED_PREFIX):
         raise DefinitionError.single(
-            subject, "name", f"{name!r} would begin column names with {_RESERVED!r}, which "
+            subject, "name", f"{name!r} would begin column names with {RESERVED_PREFIX!r}, which "
             "in any case are timetile's own", "use another name, starting with a letter "
             "(e.g. 'user_views')",
         )

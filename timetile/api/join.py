@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from timetile.api.errors import DefinitionError, Problem
-from timetile.api.group_by import GroupBy, check_name
+from timetile.api.group_by import IDENTIFIER, RESERVED_PREFIX, GroupBy, check_name
 from timetile.api.sources import EntitySource, EventSource, is_path
 
 #: The key of ``Join.derivations`` (and its only value) that keeps every feature column.
 KEEP_FEATURES = "*"
-_COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INTERNAL_PREFIX = "_tt_"  # timetile's own columns (``timetile.spark.sources``)
 
 
 @dataclass(frozen=True)
@@ -274,8 +271,8 @@ def _checked_derivations(
                                         "to '*'", "write '*': '*' to keep every feature "
                                         "column, or leave '*' out to keep only derived ones"))
             continue
-        if not isinstance(name, str) or not _COLUMN_NAME.match(name) or name.casefold(
-                ).startswith(_INTERNAL_PREFIX):
+        if not isinstance(name, str) or not IDENTIFIER.match(name) or name.casefold(
+                ).startswith(RESERVED_PREFIX):
             problems.append(Problem(field, f"{name!r} is not a valid column name",
                                     "use letters, digits and underscores, starting with a "
                                     "letter, e.g. 'views_per_purchase'"))

@@ -65,9 +65,9 @@ class _Checkpoints:
         if self.forward:
             far = cut + self.block
             return len(times) if far >= len(times) else int(
-                np.searchsorted(times, times[far - 1], "right"))
+                times.searchsorted(times[far - 1], "right"))
         near = cut - self.block
-        return 0 if near <= 0 else int(np.searchsorted(times, times[near], "left"))
+        return 0 if near <= 0 else int(times.searchsorted(times[near]))
 
     def reach(self, end: int) -> tuple[int, Any]:
         """Return the kept checkpoint farthest from the anchor not past ``end``, and its state.

@@ -22,7 +22,6 @@ distinct, no join back.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +32,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from timetile.api.group_by import IDENTIFIER, RESERVED_PREFIX
 from timetile.api.windows import Window
 from timetile.core.types import ValueType
 from timetile.offline.hot_keys import CHUNK, with_chunks
@@ -48,11 +48,9 @@ from timetile.offline.sweep_columns import (
     group_offsets,
 )
 from timetile.spark.sorted_groups import group_starts, sorted_by_groups, whole_groups
-from timetile.spark.sources import RESERVED_PREFIX, TIME
+from timetile.spark.sources import TIME
 
 _NUMBERS = frozenset({ValueType.INT, ValueType.FLOAT})
-#: A column name mapInArrow passes through as it is.
-_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The ops the sweep computes, and the column types each accepts. Each reads only the non-null
 #: values of its column: the sweep leaves events without values behind and takes a row
 #: without values for a query, so an op that counted null rows could not join this list.
@@ -199,7 +197,7 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     # each Python-to-JVM call per column cost planning time that grew with the square of
     # the parts (benchmarks/wide_join.py: 33 s for 20 parts of 20 features, now 13 s).
     renamed = {rider: f"_tt_rider_{index}" for index, rider in enumerate(queries.columns)
-               if rider not in (*keys, TIME) and (not _PLAIN_NAME.match(rider)
+               if rider not in (*keys, TIME) and (not IDENTIFIER.match(rider)
                                                   or rider.casefold().startswith(RESERVED_PREFIX))}
     carried = [renamed.get(column, column) for column in queries.columns]
     # An event without any value adds to no feature (each op reads its column's non-null

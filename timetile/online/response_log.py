@@ -55,7 +55,6 @@ import errno
 import itertools
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -70,6 +69,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from timetile.api.errors import expect_argument
+from timetile.api.group_by import IDENTIFIER
 from timetile.online.fetcher import FetchResult
 from timetile.online.jsonable import dumps
 
@@ -88,7 +88,6 @@ SCHEMA = pa.schema([
     ("definition", pa.string()),
 ])
 
-_JOIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -199,7 +198,7 @@ class ResponseLog:
                              "milliseconds (UTC), the `at` given to Fetcher.fetch")
         if len(rows) != len(results):
             raise ValueError(f"{len(rows)} rows but {len(results)} results")
-        if not _JOIN_NAME.match(join):
+        if not IDENTIFIER.match(join):
             raise ValueError(f"{join!r} is not a Join name")
         entry = _Entry(request_id, join, at, self._clock(), rows, results, time.monotonic())
         count = len(rows)

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from timetile.api.errors import DefinitionError, expect_argument
+from timetile.api.group_by import RESERVED_PREFIX
 from timetile.api.schema import not_a_time
 from timetile.api.sources import EntitySource, EventSource, is_path
 from timetile.core.timeutil import DAY_MS
@@ -152,8 +153,6 @@ def literal_path(path: str) -> str:
     return authority + re.sub(r"([\\\[\]{}*?])", r"\\\1", path)
 
 
-#: Internal columns start with this; source columns may not.
-RESERVED_PREFIX = "_tt_"
 #: Session time zones in which offset-less strings and TIMESTAMP_NTZ values read as UTC.
 UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu"})
 
