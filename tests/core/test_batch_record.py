@@ -6,7 +6,8 @@ never miss an event, at hop boundaries, at exactly ``start(t)`` and at exactly `
 than 200 values in all keep the sketches exact (KLL below k, HLL in its list modes), so
 approximate ops are compared exactly too. Each case runs twice: as fetches fold these short
 runs, and with checkpoints every few events, so that kept states stand in for most of each
-run (:mod:`timetile.core.series_folds`).
+run (:mod:`timetile.core.series_folds`). Fetches more than a window after the day end take
+the blocks of a longer run of streamed events, whose ends both move.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from timetile.core import series_folds
 from timetile.core.aggregators import Bucketed, bucketed_values
 from timetile.core.batch_record import OnlineFeature, build_record, read_record, series_name
 from timetile.core.reference import aggregate_windows
+from timetile.core.series_folds import SeriesFolds
 from timetile.core.timeutil import DAY_MS, HOUR_MS
 from timetile.core.types import ValueType
 from timetile.core.windows import WindowKind
@@ -66,7 +68,8 @@ def test_a_record_plus_recent_events_equals_brute_force(op: str, value_type: Val
                                                         min_block: int, seed: int,
                                                         bucketed: bool) -> None:
     """With ``min_block`` 1, runs of more than 4 events come mostly as kept states."""
-    with patch.object(series_folds, "MIN_BLOCK", min_block):
+    with patch.multiple(series_folds, MIN_BLOCK=min_block,
+                        BLOCK_SCALE=1 if min_block == 1 else series_folds.BLOCK_SCALE):
         _check_a_record(op, value_type, seed, bucketed)
 
 
@@ -99,3 +102,38 @@ def _check_a_record(op: str, value_type: ValueType, seed: int, bucketed: bool) -
             truth: Any = aggregate_windows(aggregator, all_times, all_values,
                                            np.array([low]), np.array([high]))[0]
             assert same_value(ours, truth), (feature.window, at, ours, truth)
+
+
+@pytest.mark.parametrize(("op", "value_type"),  # KLL is randomized past 200 values
+                         [case for case in ALL_CASES if case[0] != "approx_percentile"])
+def test_windows_shorter_than_the_time_since_the_day_end_take_blocks(
+        op: str, value_type: ValueType) -> None:
+    """A day or more after the day end, a 1-day window's recent run moves both its ends.
+
+    It comes from the blocks of the streamed events (for ops that keep states), and stays
+    exact. Blocks of about 63 events (``MIN_BLOCK`` and ``BLOCK_SCALE`` 1), so that a run
+    of a day (about 2,000 events) spans many.
+    """
+    rng = np.random.default_rng(17)
+    aggregator = build(op, value_type)
+    windows = [(WindowKind.SLIDING, HOUR_MS, None), (WindowKind.SLIDING, DAY_MS, None),
+               (WindowKind.SAWTOOTH, DAY_MS, HOUR_MS)]
+    features = [OnlineFeature(f"f{i}", "x", aggregator, window, value_type)
+                for i, window in enumerate(windows)]
+    old_values, old_times = events(rng, value_type, DAY_END - 2 * DAY_MS, DAY_END, 100)
+    new_values, new_times = events(rng, value_type, DAY_END, DAY_END + 2 * DAY_MS, 4_000)
+    record = read_record(build_record(features, {"x": (old_values, old_times)}, DAY_END),
+                         features, {"x": old_values.dtype})
+    recent = SeriesFolds(new_values, new_times)
+    all_values = np.concatenate([old_values, new_values])
+    all_times = np.concatenate([old_times, new_times])
+    with patch.multiple(series_folds, MIN_BLOCK=1, BLOCK_SCALE=1):
+        for at in (int(t) for t in rng.integers(DAY_END + DAY_MS, DAY_END + 2 * DAY_MS, 12)):
+            states = record.states(features, at, {"x": recent})
+            for feature, state in zip(features, states, strict=True):
+                low, high = feature.interval(at)
+                truth: Any = aggregate_windows(aggregator, all_times, all_values,
+                                               np.array([low]), np.array([high]))[0]
+                assert same_value(aggregator.finalize(state), truth), (feature.window, at)
+    assert (recent.kept_runs > 0) == aggregator.checkpointable
+    recent._check()

@@ -93,8 +93,9 @@ def test_fetch_equals_backfill_at_every_time(spark: Any, store_uri: str,
         bad = []
         # As fetches fold these short runs, then with checkpoints every few events, so that
         # kept states stand in for most of each run, as they do for a hot key's.
-        for min_block in (series_folds.MIN_BLOCK, 1):
+        for min_block, scale in ((series_folds.MIN_BLOCK, series_folds.BLOCK_SCALE), (1, 1)):
             monkeypatch.setattr(series_folds, "MIN_BLOCK", min_block)
+            monkeypatch.setattr(series_folds, "BLOCK_SCALE", scale)
             fetcher = Fetcher(join, store)
             for moment in at:
                 for key, result in zip(keys, fetcher.fetch([{"user_id": k} for k in keys],

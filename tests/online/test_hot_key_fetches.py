@@ -149,10 +149,14 @@ def test_replayed_reordered_and_expired_tiles_reach_the_kept_streamed_events(
         check(12)
         store.expire_tiles(tile_table("g"), day_end + 3 * HOUR_MS)
         check(12, since=day_end + 3 * HOUR_MS)
+        land("b3", *batch(12, 36, 6_000))  # a 1-day window's run moves both its ends
+        check(36, since=day_end + 3 * HOUR_MS)
         # Kept per op and anchor, not per fetch: the streamed run's anchor is the day end, and
-        # the edge's where a window's body begins or a hop's ends, or the day end.
+        # the edge's where a window's body begins or a hop's ends, or the day end; and per op
+        # the blocks of the streamed events, for the runs of the 1-day windows after 24 h.
         assert fetcher.kept_states > 0
         [kept] = fetcher._streamed.values()
-        assert 0 < kept.series["x"].kept_runs <= 5
+        assert 0 < kept.series["x"].kept_runs <= 5 + 5
+        assert len(kept.series["x"]._blocks) == 5  # count, sum, max, the HLL and last_k
         [record] = fetcher._records.values()
         assert 0 < record.edges["x"].kept_runs <= 5 * 3

@@ -18,11 +18,12 @@ and the fetcher flags the response stale.
 
 Size: one state per feature plus the raw events of each column's edges, at most one slack
 of events per distinct window length. Fetch cost: O(features · log n) to find each feature's
-runs of edge and new events, plus their folds: a run that keeps one end from fetch to fetch
-(:mod:`timetile.core.series_folds`) folds about ``4 * sqrt(n)`` of its ``n`` events once its
-kept states exist, so a hot key's fetch within the slack no longer folds days of events per
-feature (for ``unique_count``, ``histogram``, ``approx_percentile`` and bucketed features,
-and for a window that begins after ``day_end``, it still folds the run whole).
+runs of edge and new events, plus their folds: once its states are kept
+(:mod:`timetile.core.series_folds`), a run that keeps one end from fetch to fetch folds
+about ``4 * sqrt(n)`` of its ``n`` events, and a run whose ends both move (a window that
+begins after ``day_end``) about twice that, so a hot key's fetch within the slack no longer
+folds days of events per feature (for ``unique_count``, ``histogram``,
+``approx_percentile`` and bucketed features it still folds the runs whole).
 """
 
 from __future__ import annotations
@@ -200,10 +201,11 @@ class BatchRecord:
         """Return every feature's state at ``at`` (see :meth:`state`).
 
         Per feature: its body, then its runs of edge and recent events, which features of
-        the same series and window find once (O(log n) each). A run that keeps one end from
-        fetch to fetch (the edge's up to the body, the recent events' from the day end)
-        comes mostly as a kept state (:class:`~timetile.core.series_folds.SeriesFolds`), so
-        a hot key folds about ``4 * sqrt(n)`` of its events per feature, not all of them.
+        the same series and window find once (O(log n) each). A long run comes mostly as a
+        kept state (:class:`~timetile.core.series_folds.SeriesFolds`): from a checkpoint
+        when it keeps one end from fetch to fetch (the edge's up to the body, the recent
+        events' from the day end), else from blocks. So a hot key folds about ``4 * sqrt(n)``
+        of its events per feature (twice that for a run with neither end fixed), not all.
         """
         found: dict[tuple[str, Any], tuple[bool, list[_Run]]] = {}
         states = []
@@ -217,11 +219,10 @@ class BatchRecord:
             state = aggregator.init() if body is None else body[2]
             rest: list[Series] = []
             for folds, lo, hi, anchor in runs:
-                kept, first, last = folds.cover(aggregator, lo, hi, anchor)
+                kept, pieces = folds.cover(aggregator, lo, hi, anchor)
                 if kept is not None:
                     state = aggregator.merge(state, kept)
-                if first < last:
-                    rest.append((folds.values[first:last], folds.times[first:last]))
+                rest += [(folds.values[a:b], folds.times[a:b]) for a, b in pieces]
             if rest:
                 state = aggregator.update(state, *_joined(rest))
             states.append(state)

@@ -274,7 +274,8 @@ class Fetcher:
 
         Over its cached records and streamed events (:class:`SeriesFolds`): the memory they
         take beyond the cached bytes, about ``sqrt(n) / 4`` states per op for a run of ``n``
-        events (about twice that after tiles land). O(cached keys).
+        events (about twice that after tiles land), and as many for the blocks of runs with
+        no fixed end (not counting their index's nodes). O(cached keys).
         """
         series = [folds for record in self._records.values()
                   if isinstance(record, BatchRecord) for folds in record.edges.values()]

@@ -97,3 +97,47 @@ def test_range_index_follows_the_declared_capability() -> None:
         assert type(range_index(agg, [])) is want
     with pytest.raises(TypeError, match="not invertible"):
         PrefixStates(aggregator("max"), [])
+
+
+
+@pytest.mark.parametrize(("index_type", "ops"), [(SegmentTree, ["max", "concat"]),
+                                                 (PrefixStates, INVERTIBLE_OPS)])
+def test_an_extended_index_equals_one_built_whole(index_type: type, ops: list[str]) -> None:
+    """Cut and grown step by step, as the fetcher's blocks are as tiles land: the last few
+    states dropped, others added. It answers as brute force does, merges only above the
+    changed leaves until it outgrows its size, and leaves the index it came from as it was.
+    """
+    rng = np.random.default_rng(23)
+    for op in ops:
+        agg = aggregator(op)
+        counter = MergeCounter(agg)
+        values: list[int] = []
+        index = index_type(agg, [])
+        for step in range(80):
+            keep = int(rng.integers(max(0, len(values) - 3), len(values) + 1))
+            added = [int(v) for v in rng.integers(0, 1_000, int(rng.integers(0, 12)))]
+            before = [agg.to_bytes(index.query(k, k + 1)) for k in range(len(index))]
+            states = [agg.fold(np.array([v]), np.array([step])) for v in added]
+            counter.reset()
+            grown = index.extended(keep, states)
+            changed = max(len(values), keep + len(added)) - keep
+            if index_type is SegmentTree and len(grown) <= index._size:
+                assert counter.calls <= changed + 2 * index._size.bit_length()
+            assert [agg.to_bytes(index.query(k, k + 1)) for k in range(len(index))] == before
+            index, values = grown, values[:keep] + added
+            index._check()
+            for lo, hi in random_ranges(rng, len(values), 20):
+                parts = [(np.array([v]), np.array([0])) for v in values[lo:hi]]
+                assert agg.finalize(index.query(lo, hi)) == agg.finalize(fold_range(agg, parts))
+        if op == "concat":
+            assert index.query(0, len(values)) == tuple(values)
+        with pytest.raises(IndexError):
+            index.extended(len(values) + 1, [])
+        # Cut to half its power of two or less, a tree is built again at the size it needs.
+        whole = index_type(agg, [agg.fold(np.array([v]), np.array([0])) for v in range(9)])
+        for keep in (8, 4, 1, 0):
+            cut = whole.extended(keep, [])
+            cut._check()
+            assert len(cut) == keep
+            assert agg.finalize(cut.query(0, keep)) == agg.finalize(
+                fold_range(agg, [(np.array([v]), np.array([0])) for v in range(keep)]))

@@ -8,12 +8,16 @@ only the aggregator algebra (STYLE §2):
   of Spark's segment-tree window frame (seed 003, SPARK-56546/SPARK-57220), unchunked.
 - :class:`PrefixStates` for invertible ops: O(n) merges to build, one ``unmerge`` per query.
 
+Both grow without a rebuild (:meth:`RangeIndex.extended`): the online fetcher's index over
+a hot key's blocks of streamed events gains a block or two as each tile lands.
+
 :func:`range_index` picks one from the op's declared capability (``invertible``), never by
 trying and catching.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -21,18 +25,28 @@ from typing import Any, Generic, Protocol, TypeVar
 from timetile.core.aggregators.base import Aggregator
 
 S = TypeVar("S")
-S_co = TypeVar("S_co", covariant=True)
 
 
-class RangeIndex(Protocol[S_co]):
+class RangeIndex(Protocol[S]):
     """Answers ``merge(states[lo:hi])`` over a fixed sequence of states."""
 
     def __len__(self) -> int:
         """Return how many states the index holds."""
         ...
 
-    def query(self, lo: int, hi: int) -> S_co:
+    def query(self, lo: int, hi: int) -> S:
         """Return the merge of ``states[lo:hi]``, or ``init()`` for an empty range."""
+        ...
+
+    def extended(self, keep: int, states: Sequence[S]) -> RangeIndex[S]:
+        """Return an index over this one's first ``keep`` states, then ``states``.
+
+        This index stays as it is (readers may share it); the new one shares its states.
+        """
+        ...
+
+    def _check(self) -> None:
+        """Assert the index's invariants (tests and stress runs call it)."""
         ...
 
 
@@ -91,21 +105,55 @@ class SegmentTree(Generic[S]):
         while size < self._n:
             size *= 2
         self._size = size
-        empty = aggregator.init()
-        nodes: list[S] = [empty] * (2 * size)
-        nodes[size : size + self._n] = states
-        # Level by level, merge only the nodes that hold real leaves: `count` of them at
-        # `first`, the first node of the level; the rest of the level is padding (init()).
-        first, count = size, self._n
-        while first > 1:
-            parent = first // 2
-            for j in range(count // 2):
-                left = first + 2 * j
-                nodes[parent + j] = aggregator.merge(nodes[left], nodes[left + 1])
-            if count % 2:  # the last real node has only padding to its right
-                nodes[parent + count // 2] = nodes[first + count - 1]
-            first, count = parent, (count + 1) // 2
-        self._nodes = nodes
+        self._empty = aggregator.init()
+        self._nodes: list[S] = [self._empty] * (2 * size)
+        self._nodes[size : size + self._n] = states
+        self._merge_up(0, self._n)
+
+    def _merge_up(self, first: int, end: int) -> None:
+        """Set the nodes above leaves ``[first, end)`` from their children, level by level.
+
+        A node merges its two children; one whose right child covers padding only is its
+        left child (no merge), and one over padding only is ``init()``. O((end - first) +
+        log n) merges.
+        """
+        nodes, merge = self._nodes, self.aggregator.merge
+        level, real = self._size, self._n  # the level's first node; how many are real
+        lo, hi = level + first, level + end  # the nodes [lo, hi) of this level changed
+        while level > 1 and lo < hi:
+            lo, hi = lo // 2, (hi - 1) // 2 + 1
+            for node in range(lo, hi):
+                left = 2 * node
+                if left + 1 - level < real:
+                    nodes[node] = merge(nodes[left], nodes[left + 1])
+                else:
+                    nodes[node] = nodes[left] if left - level < real else self._empty
+            level, real = level // 2, (real + 1) // 2
+
+    def extended(self, keep: int, states: Sequence[S]) -> SegmentTree[S]:
+        """Return a tree over this one's first ``keep`` states, then ``states``.
+
+        This tree stays as it is. O(2n) to copy the node list (no merge), then the nodes
+        above the changed leaves: O((n - keep + len(states)) + log n) merges. A tree that
+        outgrows its power of two, or needs half of it or less, is built anew (O(n) merges).
+
+        Raises:
+            IndexError: if ``keep`` is not in ``[0, len(self)]``.
+
+        """
+        n = keep + len(states)
+        if not 0 <= keep <= self._n:
+            raise IndexError(f"keep {keep} is outside [0, {self._n}]")
+        if n > self._size or 2 * n <= self._size > 1:
+            return SegmentTree(self.aggregator,
+                               [*self._nodes[self._size : self._size + keep], *states])
+        tree = copy.copy(self)
+        tree._nodes = list(self._nodes)
+        tree._nodes[self._size + keep : self._size + self._n] = [self._empty] * (self._n - keep)
+        tree._nodes[self._size + keep : self._size + n] = states
+        tree._n = n
+        tree._merge_up(keep, max(n, self._n))
+        return tree
 
     def __len__(self) -> int:
         """Return the number of states (leaves)."""
@@ -196,6 +244,24 @@ class PrefixStates(Generic[S]):
     def __len__(self) -> int:
         """Return the number of states."""
         return len(self._states)
+
+    def extended(self, keep: int, states: Sequence[S]) -> PrefixStates[S]:
+        """Return prefix states over this one's first ``keep`` states, then ``states``.
+
+        This one stays as it is. O(n) to copy (no merge), then ``len(states)`` merges.
+
+        Raises:
+            IndexError: if ``keep`` is not in ``[0, len(self)]``.
+
+        """
+        if not 0 <= keep <= len(self._states):
+            raise IndexError(f"keep {keep} is outside [0, {len(self._states)}]")
+        index = copy.copy(self)
+        index._states = (*self._states[:keep], *states)
+        index._prefix = self._prefix[:keep + 1]
+        for state in states:
+            index._prefix.append(self.aggregator.merge(index._prefix[-1], state))
+        return index
 
     def query(self, lo: int, hi: int) -> S:
         """Return ``merge(states[lo:hi])``; ``init()`` when ``lo >= hi``. O(1) unmerges.
