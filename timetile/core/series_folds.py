@@ -252,8 +252,9 @@ class _Blocks:
 
         Each block still holds, but for one ending at this series' end (the longer series
         may go on within its millisecond, and the block may be short): it is cut again.
-        None when the longer series suits blocks twice as long: build those instead, so
-        that a growing series keeps about ``sqrt(n) / 4`` blocks.
+        None when the longer series suits blocks twice as long (it is about 4 times this
+        one): build those instead, so that a growing series keeps about ``sqrt(n) / 4`` to
+        ``sqrt(n) / 2`` blocks, and the next free run folds the whole series once more.
         """
         if block_size(len(times)) >= 2 * self.block:
             return None
@@ -268,8 +269,8 @@ class SeriesFolds:
 
     Thread-safe. Memory: the series, plus for each (op, anchor) a fetch used, at most about
     ``sqrt(n) / 4`` states (about twice that after carrying over from ``after``), and for
-    each op with a free run, about ``sqrt(n) / 4`` block states and as many again to index
-    them.
+    each op with a free run, about ``sqrt(n) / 4`` block states (up to twice that after
+    carrying over) and as many again to index them.
 
     Args:
         values: the values, in time order.
