@@ -15,9 +15,14 @@ record + tiles + head, merged and finalized, as ``Fetcher.fetch`` always does.
 In-process: p50 and p99 of ``Fetcher.fetch`` of one row, per store, in a first pass
 over the requests and in a second pass over the same ones. HTTP: ``timetile serve``
 in a subprocess (uvicorn, loopback), driven by an asyncio client (httpx) with 1, 8 and 32
-concurrent clients: p50, p99 and requests per second. Goals: in-process p99 <= 1 ms on the
-embedded store; HTTP p99 <= 10 ms at 200 requests/s. Anchor: Feast's Java server on Redis
-reports about 1.3 ms p99 for one row of 250 features.
+concurrent clients: p50, p99 and requests per second; then an open loop at 200 requests/s,
+three runs of 2,000 requests each (10 s), each run's row and their pooled p99. The goal's
+verdict takes the pooled one: a full pass of Python's garbage collector over a warm
+fetcher's caches stalls the server for 140 to 160 ms, a few times per 10,000 requests, and
+whether one falls in a single 10-second run decided that run's p99 (RESULTS.md, "Runs with
+no fixed end take blocks; full collections stall the server"). Goals: in-process p99 <=
+1 ms on the embedded store; HTTP p99 <= 10 ms at 200 requests/s. Anchor: Feast's Java
+server on Redis reports about 1.3 ms p99 for one row of 250 features.
 """
 
 from __future__ import annotations
@@ -180,8 +185,15 @@ async def _load(port: int, keys: int, clients: int, requests: int,
     return latencies, time.perf_counter() - began
 
 
+#: Open-loop runs at 200 requests/s, pooled for the goal's p99.
+OPEN_LOOP_RUNS = 3
+
+
 def http_rows(defs: Path, store_uri: str, keys: int, requests: int) -> list[str]:
-    """HTTP p50/p99/throughput at 1, 8 and 32 clients, and p99 at 200 requests/s."""
+    """HTTP p50/p99/throughput at 1, 8 and 32 clients, and p99 at 200 requests/s.
+
+    The last row pools the open loop's runs (:data:`OPEN_LOOP_RUNS`).
+    """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -195,9 +207,19 @@ def http_rows(defs: Path, store_uri: str, keys: int, requests: int) -> list[str]
                         f"{percentile(latencies, 0.5):.2f} | {percentile(latencies, 0.99):.2f} | "
                         f"{len(latencies) / seconds:,.0f} |")
             print(rows[-1], flush=True)
-        latencies, seconds = asyncio.run(_load(port, keys, 32, 2_000, 200.0))
-        rows.append(f"| HTTP, 200 requests/s (open loop) | {percentile(latencies, 0.5):.2f} | "
-                    f"{percentile(latencies, 0.99):.2f} | {len(latencies) / seconds:,.0f} |")
+        pooled: list[float] = []
+        pooled_seconds = 0.0
+        for run in range(1, OPEN_LOOP_RUNS + 1):
+            latencies, seconds = asyncio.run(_load(port, keys, 32, 2_000, 200.0))
+            pooled += latencies
+            pooled_seconds += seconds
+            rows.append(f"| HTTP, 200 requests/s (open loop), run {run} | "
+                        f"{percentile(latencies, 0.5):.2f} | {percentile(latencies, 0.99):.2f} "
+                        f"| {len(latencies) / seconds:,.0f} |")
+            print(rows[-1], flush=True)
+        rows.append(f"| HTTP, 200 requests/s (open loop), {OPEN_LOOP_RUNS} runs pooled | "
+                    f"{percentile(pooled, 0.5):.2f} | {percentile(pooled, 0.99):.2f} | "
+                    f"{len(pooled) / pooled_seconds:,.0f} |")
         print(rows[-1], flush=True)
     finally:
         process.terminate()
@@ -245,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         verdict("in-process p99 <= 1 ms on the embedded store", embedded_p99 <= 1,
                 f"{embedded_p99:.2f} ms"),
         verdict("HTTP p99 <= 10 ms at 200 requests/s", open_loop_p99 <= 10,
-                f"{open_loop_p99:.2f} ms"),
+                f"{open_loop_p99:.2f} ms, {OPEN_LOOP_RUNS} runs pooled"),
     ]
     print(*verdicts, sep="\n")
     if not args.no_results:
