@@ -96,8 +96,9 @@ def test_a_hot_run_folds_few_events_and_keeps_few_states() -> None:
         start = int(rng.integers(0, n))
         for lo, hi, anchor in ((start, n, n), (0, start, 0)):
             _, rest = folds.cover(aggregator, lo, hi, anchor)
-            assert sum(b - a for a, b in rest) <= 1_264 + 1_000  # a block, and the rest of
-            assert aggregator.finalize(covered(folds, aggregator, lo, hi, anchor)) == (  # a ms
+            # At most a block, and the rest of the millisecond where it ends.
+            assert sum(b - a for a, b in rest) <= 1_264 + 1_000
+            assert aggregator.finalize(covered(folds, aggregator, lo, hi, anchor)) == (
                 sum(range(lo, hi)) if lo < hi else None)
     assert 2 <= folds.kept_states <= 2 * (n // 1_264 + 1)
     folds._check()
@@ -116,9 +117,10 @@ def test_a_hot_run_with_no_fixed_end_folds_two_blocks_at_most(op: str) -> None:
     for _ in range(200):
         lo, hi = sorted(int(end) for end in rng.integers(0, n + 1, 2))
         kept, rest = folds.cover(aggregator, lo, hi, None)
-        assert kept is not None or hi - lo <= 8 * 1_264  # folded whole: at most 8 blocks
-        assert kept is None or sum(b - a for a, b in rest) <= 2 * (1_264 + 1_000)  # blocks
-        # may end up to a millisecond's events later
+        # Folded whole only if at most 8 blocks long; else the parts of two blocks, each of
+        # which may run on to the end of a millisecond.
+        assert kept is not None or hi - lo <= 8 * 1_264
+        assert kept is None or sum(b - a for a, b in rest) <= 2 * (1_264 + 1_000)
         want = aggregator.finalize(aggregator.fold(values[lo:hi], times[lo:hi]))
         assert aggregator.finalize(covered(folds, aggregator, lo, hi, None)) == want
     assert folds.kept_runs == 1
