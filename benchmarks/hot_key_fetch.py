@@ -38,19 +38,11 @@ import numpy as np
 import pyarrow as pa
 
 import timetile as tt
-from timetile.core.batch_record import build_record
 from timetile.core.timeutil import DAY_MS, HOUR_MS
 from timetile.online.fetcher import Fetcher
-from timetile.online.layout import (
-    META_TABLE,
-    GroupByMeta,
-    batch_table,
-    encode_key,
-    feature_signature,
-    online_features,
-)
 from timetile.online.store import KVStore, open_store
 from timetile.online.tiles import put_events
+from timetile.testing.hand_upload import upload_key
 
 DAY_END = 100 * DAY_MS
 STREAMED_HOURS = 40
@@ -69,14 +61,9 @@ def definition() -> tt.Join:
 def fill(store: KVStore, join: tt.Join, per_day: int, rng: np.random.Generator) -> None:
     """Write the key's batch record as of ``DAY_END`` and its hourly tiles since."""
     [group_by] = [part.group_by for part in join.join_parts]
-    meta = GroupByMeta(DAY_END, 2 * DAY_MS, ("int",), {"x": "int"},
-                       feature_signature(group_by), generation=0)
-    store.multi_put(META_TABLE, [(b"g", meta.to_bytes())])
-    features = online_features(group_by, meta.value_types)
     times = np.sort(rng.integers(DAY_END - 2 * DAY_MS, DAY_END, 2 * per_day)).astype(np.int64)
-    record = build_record(features, {"x": (rng.integers(0, 10**6, len(times)), times)},
-                          DAY_END, meta.slack, signature=meta.signature, generation=0)
-    store.multi_put(batch_table("g"), [(encode_key([1], ("int",)), record)])
+    upload_key(store, group_by, DAY_END, {"x": (rng.integers(0, 10**6, len(times)), times)},
+               value_types={"x": "int"})
     for hour in range(STREAMED_HOURS):
         start = DAY_END + hour * HOUR_MS
         times = np.sort(rng.integers(start, start + HOUR_MS, per_day // 24)).astype(np.int64)

@@ -20,23 +20,15 @@ import pyarrow.compute as pc
 import pytest
 
 import timetile as tt
-from timetile.core.batch_record import build_record
 from timetile.core.reference import aggregate_windows
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
-from timetile.online.layout import (
-    META_TABLE,
-    GroupByMeta,
-    batch_table,
-    encode_key,
-    feature_signature,
-    online_features,
-    tile_table,
-)
+from timetile.online.layout import online_features, tile_table
 from timetile.online.store import open_store
 from timetile.online.tiles import put_events
 from timetile.online.upload import upload
 from timetile.testing import random_events, same_value, to_spark
+from timetile.testing.hand_upload import upload_key
 
 DS = "2024-01-03"
 DAY_END = date_to_ms(DS) + DAY_MS
@@ -100,9 +92,7 @@ def test_replayed_reordered_and_expired_tiles_reach_the_kept_streamed_events(
                           aggregations)
     join = tt.Join("j", tt.EventSource("t.parquet", time_column="ts"), [group_by])
     day_end = 100 * DAY_MS
-    meta = GroupByMeta(day_end, 2 * DAY_MS, ("int",), {"x": "int"},
-                       feature_signature(group_by), generation=0)
-    features = online_features(group_by, meta.value_types)
+    features = online_features(group_by, {"x": "int"})
     old_times = np.sort(rng.integers(day_end - 4 * DAY_MS, day_end, 4_000) // 10_000 * 10_000)
     old_values = rng.integers(0, 60, len(old_times))
 
@@ -112,10 +102,8 @@ def test_replayed_reordered_and_expired_tiles_reach_the_kept_streamed_events(
 
     held: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # batch id → what the store holds
     with open_store(f"lmdb://{tmp_path / 'store'}") as store:
-        store.multi_put(META_TABLE, [(b"g", meta.to_bytes())])
-        record = build_record(features, {"x": (old_values, old_times.astype(np.int64))},
-                              day_end, meta.slack, signature=meta.signature, generation=0)
-        store.multi_put(batch_table("g"), [(encode_key([1], ("int",)), record)])
+        upload_key(store, group_by, day_end, {"x": (old_values, old_times.astype(np.int64))},
+                   value_types={"x": "int"})
         fetcher = Fetcher(join, store)
 
         def land(batch_id: str, values: np.ndarray, times: np.ndarray) -> None:
