@@ -22,13 +22,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timetile.core import series_folds
-from timetile.core.aggregators import Bucketed, bucketed_values
+from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.batch_record import OnlineFeature, build_record, read_record, series_name
 from timetile.core.reference import aggregate_windows
 from timetile.core.series_folds import SeriesFolds
 from timetile.core.timeutil import DAY_MS, HOUR_MS
 from timetile.core.types import ValueType
 from timetile.core.windows import WindowKind
+from timetile.testing.collector import tracked_objects
 from timetile.testing.compare import same_value
 
 DAY_END = 20 * DAY_MS
@@ -137,3 +138,33 @@ def test_windows_shorter_than_the_time_since_the_day_end_take_blocks(
                 assert same_value(aggregator.finalize(state), truth), (feature.window, at)
     assert (recent.kept_runs > 0) == aggregator.checkpointable
     recent._check()
+
+
+def test_a_decoded_record_costs_the_collector_few_objects() -> None:
+    """A fetcher caches thousands of decoded records, and a full pass of the cyclic garbage
+    collector walks their tracked objects with every thread stopped. A record holds itself,
+    its two maps, one series per column with edge events and its bodies' states: a column
+    without edge events holds none, and a body is its state, not a tuple around it."""
+    rng = np.random.default_rng(5)
+    aggregator = make_aggregator("sum", ValueType.INT)
+    features = [OnlineFeature(f"{series}{i}", series, aggregator, window, ValueType.INT)
+                for series in ("x", "old") for i, window in enumerate(WINDOWS)]
+    records = []
+    for _ in range(20):
+        x = events(rng, ValueType.INT, DAY_END - 5 * DAY_MS, DAY_END, 50)
+        old = events(rng, ValueType.INT, DAY_END - 20 * DAY_MS, DAY_END - 10 * DAY_MS, 50)
+        records.append(read_record(build_record(features, {"x": x, "old": old}, DAY_END),
+                                   features, {"x": x[0].dtype, "old": old[0].dtype}))
+    assert all(set(record.edges) == {"x"} for record in records)  # "old" has no edge events
+    bodies = sum(len(record.bodies) for record in records)  # a SumState each
+    assert bodies > 0
+    assert tracked_objects(records) <= len(records) * (1 + 2 + 1) + bodies + 1  # + one lock
+    columns = {"x": x, "old": old}  # the last record's events: it answers as brute force
+    for at in (DAY_END, DAY_END + 7 * HOUR_MS, DAY_END + 3 * DAY_MS // 2):
+        for feature in features:
+            times, values = columns[feature.series][1], columns[feature.series][0]
+            low, high = feature.interval(at)
+            truth = aggregate_windows(aggregator, times, values, np.array([low]),
+                                      np.array([high]))[0]
+            ours = aggregator.finalize(records[-1].state(feature, at, None))
+            assert same_value(ours, truth), (feature.name, at)

@@ -25,6 +25,7 @@ from timetile.core import series_folds
 from timetile.core.aggregators import Aggregator, make_aggregator
 from timetile.core.series_folds import SeriesFolds
 from timetile.core.types import ValueType
+from timetile.testing.collector import tracked_objects
 
 
 def covered(folds: SeriesFolds, aggregator: Aggregator[Any], lo: int, hi: int,
@@ -239,3 +240,13 @@ def test_a_series_let_go_of_is_freed_at_once() -> None:
         assert [ref() for ref in gone] == [None, None]
     finally:
         gc.enable()
+
+
+def test_short_series_cost_the_collector_one_object_each() -> None:
+    """A fetcher caches thousands of series, most too short to keep states: each is one
+    object for the cyclic collector to walk, all of them sharing one lock."""
+    times = np.arange(4 * series_folds.MIN_BLOCK, dtype=np.int64)
+    short = [SeriesFolds(times, times) for _ in range(100)]
+    assert tracked_objects(short) == 100 + 1
+    long = [SeriesFolds(np.arange(len(times) + 1), np.arange(len(times) + 1)) for _ in range(2)]
+    assert tracked_objects(long) == 2 + 2  # each keeps states, under a lock of its own

@@ -180,8 +180,8 @@ class BatchRecord:
 
     day_end: int
     slack: int
-    bodies: Mapping[str, tuple[int, int, Any]]  # feature name → (lo, hi, state)
-    edges: Mapping[str, SeriesFolds]  # series → its values and times
+    bodies: Mapping[str, Any]  # feature name → its body's state
+    edges: Mapping[str, SeriesFolds]  # series → its values and times (none if no events)
     generation: int = 0
 
     def covers(self, at: int) -> bool:
@@ -215,8 +215,8 @@ class BatchRecord:
                 found[group] = self._runs(feature, at, recent.get(feature.series))
             use_body, runs = found[group]
             aggregator = feature.aggregator
-            body = self.bodies.get(feature.name) if use_body else None
-            state = aggregator.init() if body is None else body[2]
+            state = (self.bodies[feature.name] if use_body and feature.name in self.bodies
+                     else aggregator.init())  # a state may be None: max over no events
             rest: list[Series] = []
             for folds, lo, hi, anchor in runs:
                 kept, pieces = folds.cover(aggregator, lo, hi, anchor)
@@ -330,11 +330,12 @@ def read_record(data: bytes, features: Sequence[OnlineFeature],
         return BatchRecord(day_end, slack, {}, {}, written_by)
     by_name = {feature.name: feature for feature in features}
     bodies = {}
-    for name, low, high, state in raw_bodies:
+    for name, _, _, state in raw_bodies:  # each body's span is the feature's: regions()
         feature = by_name.get(name)
         if feature is not None and state is not None:
-            bodies[name] = (low, high, feature.aggregator.from_bytes(state))
+            bodies[name] = feature.aggregator.from_bytes(state)
     edges: dict[str, SeriesFolds] = {}
     for series, kind, times, values in raw_edges:
-        edges[series] = SeriesFolds(*decode_series(kind, times, values, value_types[series]))
+        if times:  # an edge with no events folds nothing
+            edges[series] = SeriesFolds(*decode_series(kind, times, values, value_types[series]))
     return BatchRecord(day_end, slack, bodies, edges, written_by)

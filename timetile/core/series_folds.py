@@ -55,6 +55,9 @@ BLOCK_SCALE = 4
 #: less than keeping its blocks up to date as tiles land (benchmarks/hot_key_fetch.py).
 FREE_RUN_BLOCKS = 8
 
+#: The lock of every series of at most ``4 * MIN_BLOCK`` events, which keep no states.
+_SHORT_SERIES_LOCK = threading.Lock()
+
 #: The positions ``[a, b)`` of the events a fetch still folds: non-empty, in time order.
 Rest = tuple[tuple[int, int], ...]
 
@@ -288,7 +291,10 @@ class SeriesFolds:
         self.times = times
         self._kept: dict[tuple[Aggregator[Any], int, bool], _Checkpoints] = {}
         self._blocks: dict[Aggregator[Any], _Blocks] = {}
-        self._lock = threading.Lock()
+        # A series too short to keep states (most of a fetcher's) never takes its lock in
+        # cover(): it shares one, so a cache of them holds no lock object per series.
+        self._lock = (threading.Lock() if len(times) > 4 * MIN_BLOCK
+                      else _SHORT_SERIES_LOCK)
         if after is not None and 0 < len(after) <= len(times) and np.array_equal(
                 after.times, times[:len(after)]):
             with after._lock:

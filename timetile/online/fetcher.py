@@ -64,23 +64,25 @@ class _DecodeCache(Generic[K]):
 
     Bounded by the total length of the encoded data each value came from (decoded values
     are a small multiple, plus the states kept of long runs: see
-    :class:`~timetile.core.series_folds.SeriesFolds`).
+    :class:`~timetile.core.series_folds.SeriesFolds`). The sizes sit apart from the values,
+    in a map of numbers the garbage collector does not track: no object per entry besides
+    the value (docs/online.md, "Pauses").
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.held = 0
-        self._items: OrderedDict[K, tuple[Any, int]] = OrderedDict()
+        self._items: OrderedDict[K, Any] = OrderedDict()
+        self._sizes: dict[K, int] = {}
         self._lock = threading.Lock()
 
     def peek(self, key: K) -> Any:
         """Return the value kept under ``key``, or None."""
         with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                return None
-            self._items.move_to_end(key)
-            return item[0]
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
 
     def put(self, key: K, value: Any, size: int) -> None:
         """Keep ``value``, decoded from ``size`` bytes, under ``key`` in place of any other.
@@ -88,25 +90,25 @@ class _DecodeCache(Generic[K]):
         Then the least recently used values go while the cache holds more than its capacity.
         """
         with self._lock:
-            replaced = self._items.pop(key, None)
-            if replaced is not None:
-                self.held -= replaced[1]
-            self._items[key] = (value, size)
-            self.held += size
+            self.held += size - self._sizes.get(key, 0)
+            self._items[key] = value
+            self._items.move_to_end(key)
+            self._sizes[key] = size
             while self.held > self.capacity and self._items:
-                _, (_, evicted) = self._items.popitem(last=False)
-                self.held -= evicted
+                evicted, _ = self._items.popitem(last=False)
+                self.held -= self._sizes.pop(evicted)
 
     def drop(self, unwanted: Callable[[K], bool]) -> None:
         """Let go of the values whose keys are ``unwanted``. O(values kept)."""
         with self._lock:
             for key in [key for key in self._items if unwanted(key)]:
-                self.held -= self._items.pop(key)[1]
+                del self._items[key]
+                self.held -= self._sizes.pop(key)
 
     def values(self) -> list[Any]:
         """Return the kept values, least recently used first."""
         with self._lock:
-            return [value for value, _ in self._items.values()]
+            return list(self._items.values())
 
     def get(self, key: K, decode: Callable[[K], Any], size: int) -> Any:
         """Return the value of ``key``, decoded once from ``size`` bytes."""

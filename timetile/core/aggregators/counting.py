@@ -9,7 +9,7 @@ Spark's whenever Spark's is exact and is never further from the true sum.
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, TypeAlias
 
 import numpy as np
 
@@ -87,36 +87,30 @@ class Count(Aggregator[int]):
         return codec.expect_int(codec.decode(data), "count")
 
 
-class SumState(NamedTuple):
-    """The exact state of ``sum`` and ``avg``; every field adds under merge.
+#: The exact state of ``sum`` and ``avg``: ``(n, total, nan, pos_inf, neg_inf)``, where
+#: ``n`` counts the values (specials included), ``total`` is the sum of the finite values,
+#: exactly (the integer itself for an INT column, in units of ``2**-FLOAT_SCALE``
+#: (:mod:`.exact`) for a FLOAT column), and the last three count NaNs, +inf and -inf. Every
+#: field adds under merge. A plain tuple of ints, not a named one: the garbage collector
+#: stops tracking such a tuple, and a fetcher caches one per ``sum`` or ``avg`` feature of
+#: every record it keeps (docs/online.md, "Pauses").
+SumState: TypeAlias = tuple[int, int, int, int, int]
 
-    Attributes:
-        n: how many values, specials included.
-        total: the sum of the finite values, exactly: the integer itself for an INT column,
-            in units of ``2**-FLOAT_SCALE`` (:mod:`.exact`) for a FLOAT column.
-        nan: how many NaNs.
-        pos_inf: how many +inf.
-        neg_inf: how many -inf.
 
-    """
+def _plus(left: SumState, right: SumState) -> SumState:
+    """Add field by field: the state of both inputs."""
+    return (left[0] + right[0], left[1] + right[1], left[2] + right[2], left[3] + right[3],
+            left[4] + right[4])
 
-    n: int
-    total: int
-    nan: int = 0
-    pos_inf: int = 0
-    neg_inf: int = 0
 
-    def plus(self, other: SumState) -> SumState:
-        """Add field by field: the state of both inputs."""
-        return SumState(*(a + b for a, b in zip(self, other, strict=True)))
-
-    def minus(self, other: SumState) -> SumState:
-        """Subtract field by field: this state with ``other``'s input taken out."""
-        return SumState(*(a - b for a, b in zip(self, other, strict=True)))
+def _minus(whole: SumState, part: SumState) -> SumState:
+    """Subtract field by field: ``whole`` with ``part``'s input taken out."""
+    return (whole[0] - part[0], whole[1] - part[1], whole[2] - part[2], whole[3] - part[3],
+            whole[4] - part[4])
 
 
 class _ExactSum(Aggregator[SumState]):
-    """Shared machinery of ``sum`` and ``avg``: an exact, invertible :class:`SumState`.
+    """Shared machinery of ``sum`` and ``avg``: an exact, invertible :data:`SumState`.
 
     ``update`` and ``retract`` are O(len(values)) vectorized; ``merge`` is O(1) big-integer
     additions.
@@ -128,60 +122,57 @@ class _ExactSum(Aggregator[SumState]):
 
     def init(self) -> SumState:
         """Return the state of no values."""
-        return SumState(0, 0)
+        return (0, 0, 0, 0, 0)
 
     def _fold_batch(self, values: Values) -> SumState:
         values = as_values(values, self.input_type)
         if self.input_type is ValueType.INT:
-            return SumState(len(values), exact_int_sum(values))
+            return (len(values), exact_int_sum(values), 0, 0, 0)
         finite = np.isfinite(values)
         nan = np.isnan(values)
-        return SumState(
-            n=len(values),
-            total=exact_float_sum(values[finite]),
-            nan=int(nan.sum()),
-            pos_inf=int((values == np.inf).sum()),
-            neg_inf=int((values == -np.inf).sum()),
-        )
+        return (len(values), exact_float_sum(values[finite]), int(nan.sum()),
+                int((values == np.inf).sum()), int((values == -np.inf).sum()))
 
     def update(self, state: SumState, values: Values, times: Times) -> SumState:
         """Add the batch's exact sum and special-value counts."""
         del times  # sums ignore event order
-        return state.plus(self._fold_batch(values))
+        return _plus(state, self._fold_batch(values))
 
     def merge(self, left: SumState, right: SumState) -> SumState:
         """Add field by field."""
-        return left.plus(right)
+        return _plus(left, right)
 
     def retract(self, state: SumState, values: Values, times: Times) -> SumState:
         """Subtract the batch field by field: exactly undoes :meth:`update` of the same values."""
         del times
-        return state.minus(self._fold_batch(values))
+        return _minus(state, self._fold_batch(values))
 
     def unmerge(self, whole: SumState, part: SumState) -> SumState:
         """Subtract field by field: exactly undoes :meth:`merge`. O(1) big-integer subtractions."""
-        return whole.minus(part)
+        return _minus(whole, part)
 
     def _sum(self, state: SumState) -> int | float | None:
         """Compute the sum (Spark's rules for NaN and ±inf), or None for no values."""
-        for count in (state.n, state.nan, state.pos_inf, state.neg_inf):
+        n, total, nan, pos_inf, neg_inf = state
+        for count in (n, nan, pos_inf, neg_inf):
             _check_not_negative(self.op, count)
-        if state.n == 0:
+        if n == 0:
             return None
         if self.input_type is ValueType.INT:
-            return state.total
-        if state.nan or (state.pos_inf and state.neg_inf):
+            return total
+        if nan or (pos_inf and neg_inf):
             return float("nan")
-        if state.pos_inf:
+        if pos_inf:
             return float("inf")
-        if state.neg_inf:
+        if neg_inf:
             return float("-inf")
-        return scaled_to_float(state.total)
+        return scaled_to_float(total)
 
     def to_bytes(self, state: SumState) -> bytes:
         """Encode the five integers; the float total is stored with trailing zero bits cut."""
-        shift = (state.total & -state.total).bit_length() - 1 if state.total else 0
-        return codec.encode((state.n, state.total >> shift, shift, *state[2:]))
+        n, total, *specials = state
+        shift = (total & -total).bit_length() - 1 if total else 0
+        return codec.encode((n, total >> shift, shift, *specials))
 
     def from_bytes(self, data: bytes) -> SumState:
         """Decode and check the shape; ValueError on malformed bytes."""
@@ -191,7 +182,7 @@ class _ExactSum(Aggregator[SumState]):
         )
         if not 0 <= shift <= _MAX_SHIFT:
             raise ValueError(f"state bytes: sum shift {shift} out of range")
-        return SumState(n, mantissa << shift, nan, pos_inf, neg_inf)
+        return (n, mantissa << shift, nan, pos_inf, neg_inf)
 
 
 class Sum(_ExactSum):
@@ -242,4 +233,4 @@ class Avg(_ExactSum):
         total = self._sum(state)
         if total is None:
             return None
-        return canonical_float(float(total) / state.n)  # an underflow to -0.0 gives 0.0
+        return canonical_float(float(total) / state[0])  # an underflow to -0.0 gives 0.0
