@@ -6,6 +6,7 @@ fixture's session and never starts (or stops) another.
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -495,6 +496,33 @@ def test_serve_prints_the_port_it_serves() -> None:
     chosen = _free_port("127.0.0.1", 0)  # --port 0: the port the OS picked, not 0
     assert chosen > 0
     assert _free_port("127.0.0.1", chosen) == chosen
+
+
+def test_serve_keeps_its_startup_objects_out_of_full_collections(
+        runner: CliRunner, data: Paths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While uvicorn serves, what the server holds from its start is frozen out of the
+    garbage collector's full passes (each of which would stop every request to walk it), and
+    handed back once it stops."""
+    import uvicorn
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    served: dict[str, int] = {}
+
+    def run(asgi: FastAPI, **_: object) -> None:
+        served["frozen"] = gc.get_freeze_count()
+        with TestClient(asgi) as client:
+            served["health"] = client.get("/health").status_code
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    defs = write_defs(tmp_path / "defs.py", data)
+    store = f"lmdb:{tmp_path / 'store'}"
+    open_store(store).close()  # an empty store: the Join is served, not yet ready
+    result = runner.invoke(app, ["serve", str(defs), "--store", store, "--port", "0"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert served["health"] == 200
+    assert served["frozen"] > 10_000  # the modules alone
+    assert gc.get_freeze_count() == 0
 
 
 def test_consistency_of_logged_fetches(runner: CliRunner, spark: SparkSession, data: Paths,

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import socket
 import time
@@ -274,9 +275,24 @@ def serve(
                 out.print(f"serving {name} ({status})", markup=False, highlight=False)
             out.print(f"on http://{host}:{port}/v1/features/JOIN, docs at "
                       f"http://{host}:{port}/docs", markup=False, highlight=False)
+            _freeze_startup_heap()
             uvicorn.run(app, host=host, port=port, log_level="info")
         finally:
+            gc.unfreeze()  # so the interpreter's last collection frees them at exit
             kv.close()
+
+
+def _freeze_startup_heap() -> None:
+    """Leave what the server holds from its start out of every later garbage collection.
+
+    The modules, definitions and fetchers live as long as the process; a full collection
+    would walk them all (about 100,000 objects, 47 ms, every request waiting) each time it
+    runs. ``gc.freeze`` moves them to the permanent generation, after one collection so that
+    no garbage goes with them. Anything frozen stays reachable or is freed by reference
+    counting as before; only a reference cycle among frozen objects would wait for good.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _free_port(host: str, port: int) -> int:
