@@ -20,7 +20,9 @@ def test_the_least_recently_used_go_first_and_bytes_add_up() -> None:
     assert (cache.held, cache.values()) == (9, [["c"], ["dd"]])
     cache.drop(lambda key: key == "c")
     assert (cache.held, cache.values()) == (6, [["dd"]])
-    cache.put("e", ["too big"], 11)  # more than the capacity: kept by none
+    cache.put("e", ["too big"], 11)  # more than the capacity: kept by none, and the
+    assert (cache.held, cache.values()) == (6, [["dd"]])  # others stay
+    cache.put("d", ["too big"], 11)  # nor does what was under its key
     assert (cache.held, cache.values()) == (0, [])
 
 
@@ -31,3 +33,32 @@ def test_an_entry_costs_the_collector_its_value_only() -> None:
     for key in range(1_000):
         cache.put(str(key).encode(), [key], 10)
     assert tracked_objects([cache]) <= 1_000 + 10  # the values, and the cache's own parts
+
+
+def test_a_slot_is_decoded_again_only_when_its_bytes_change() -> None:
+    """A record is kept under its (GroupBy, key) with the bytes it came from; a fetch that
+    reads the same bytes (another object, equal) reuses it, one that reads a new upload's
+    decodes those."""
+    decoded: list[bytes] = []
+
+    def decode(data: bytes) -> list[bytes]:
+        decoded.append(data)
+        return [data]
+
+    cache: _DecodeCache[tuple[str, bytes]] = _DecodeCache(capacity=100)
+    slot = ("views", b"k1")
+    first = bytes(bytearray(b"record-1"))
+    assert cache.decoded(slot, first, decode) == [b"record-1"]
+    assert cache.decoded(slot, bytes(bytearray(b"record-1")), decode) == [b"record-1"]
+    assert decoded == [b"record-1"]  # equal bytes: decoded once
+    assert cache.decoded(slot, b"record-2!", decode) == [b"record-2!"]
+    assert cache.decoded(("carts", b"k1"), b"record-1", decode) == [b"record-1"]  # its own
+    assert decoded == [b"record-1", b"record-2!", b"record-1"]
+    assert (cache.held, cache.values()) == (17, [[b"record-2!"], [b"record-1"]])
+    cache.drop(lambda key: key[0] == "views")
+    assert cache.decoded(slot, b"record-2!", decode) == [b"record-2!"]  # dropped: again
+    assert len(decoded) == 4
+    assert cache.decoded(("big", b"k"), b"x" * 101, decode) == [b"x" * 101]  # kept by none
+    assert cache.decoded(("big", b"k"), b"x" * 101, decode) == [b"x" * 101]
+    assert len(decoded) == 6
+    assert cache.held == 17

@@ -64,9 +64,9 @@ class _DecodeCache(Generic[K]):
 
     Bounded by the total length of the encoded data each value came from (decoded values
     are a small multiple, plus the states kept of long runs: see
-    :class:`~timetile.core.series_folds.SeriesFolds`). The sizes sit apart from the values,
-    in a map of numbers the garbage collector does not track: no object per entry besides
-    the value (docs/online.md, "Pauses").
+    :class:`~timetile.core.series_folds.SeriesFolds`). The sizes and encoded data sit apart
+    from the values, in maps the garbage collector does not track: no object per entry
+    besides the value (docs/online.md, "Pauses").
     """
 
     def __init__(self, capacity: int) -> None:
@@ -74,6 +74,7 @@ class _DecodeCache(Generic[K]):
         self.held = 0
         self._items: OrderedDict[K, Any] = OrderedDict()
         self._sizes: dict[K, int] = {}
+        self._encoded: dict[K, bytes] = {}  # what the values of decoded() came from
         self._lock = threading.Lock()
 
     def peek(self, key: K) -> Any:
@@ -88,15 +89,26 @@ class _DecodeCache(Generic[K]):
         """Keep ``value``, decoded from ``size`` bytes, under ``key`` in place of any other.
 
         Then the least recently used values go while the cache holds more than its capacity.
+        A value of more bytes than the capacity is not kept (nor any other under ``key``).
         """
         with self._lock:
-            self.held += size - self._sizes.get(key, 0)
-            self._items[key] = value
-            self._items.move_to_end(key)
-            self._sizes[key] = size
-            while self.held > self.capacity and self._items:
-                evicted, _ = self._items.popitem(last=False)
-                self.held -= self._sizes.pop(evicted)
+            self._encoded.pop(key, None)
+            self._keep(key, value, size)
+
+    def _keep(self, key: K, value: Any, size: int) -> None:
+        if size > self.capacity:  # kept by none: evicting the others would not make room
+            if key in self._items:
+                del self._items[key]
+                self.held -= self._sizes.pop(key)
+            return
+        self.held += size - self._sizes.get(key, 0)
+        self._items[key] = value
+        self._items.move_to_end(key)
+        self._sizes[key] = size
+        while self.held > self.capacity and self._items:
+            evicted, _ = self._items.popitem(last=False)
+            self.held -= self._sizes.pop(evicted)
+            self._encoded.pop(evicted, None)
 
     def drop(self, unwanted: Callable[[K], bool]) -> None:
         """Let go of the values whose keys are ``unwanted``. O(values kept)."""
@@ -104,6 +116,7 @@ class _DecodeCache(Generic[K]):
             for key in [key for key in self._items if unwanted(key)]:
                 del self._items[key]
                 self.held -= self._sizes.pop(key)
+                self._encoded.pop(key, None)
 
     def values(self) -> list[Any]:
         """Return the kept values, least recently used first."""
@@ -116,6 +129,26 @@ class _DecodeCache(Generic[K]):
         if value is None:
             value = decode(key)
             self.put(key, value, size)
+        return value
+
+    def decoded(self, slot: K, data: bytes, decode: Callable[[bytes], Any]) -> Any:
+        """Return ``decode(data)``, kept under ``slot`` (a store key) while its data is ``data``.
+
+        The kept data is compared with ``data`` byte for byte, where a cache keyed by the data
+        would hash it: a hot key's record of hundreds of kilobytes, read at every fetch, costs
+        a ``memcmp`` (several times faster than the hash), and a new upload's record, other
+        bytes, is decoded anew. O(len(data)).
+        """
+        with self._lock:
+            value = self._items.get(slot)
+            if value is not None and self._encoded.get(slot) == data:
+                self._items.move_to_end(slot)
+                return value
+        value = decode(data)
+        with self._lock:
+            self._keep(slot, value, len(data))
+            if slot in self._items:  # not evicted at once: larger than the capacity
+                self._encoded[slot] = data
         return value
 
 
@@ -207,7 +240,8 @@ class Fetcher:
         self.store = store
         self.clock = clock
         self._served: dict[str, _Served] = {}
-        self._records: _DecodeCache[bytes] = _DecodeCache(CACHE_BYTES)
+        # (GroupBy, key) → its decoded record, while the store holds the same bytes for it.
+        self._records: _DecodeCache[tuple[str, bytes]] = _DecodeCache(CACHE_BYTES)
         self._tiles: _DecodeCache[bytes] = _DecodeCache(CACHE_BYTES)
         # (GroupBy, key, day end) → the key's latest tiles read and their events, with the
         # states kept of their runs (see _recent).
@@ -364,7 +398,7 @@ class Fetcher:
                                      when + 1)
         prefix = f"{part.prefix}_" if part.prefix else ""
         if served.entity is not None:
-            self._entity_part(served, records, tiles, when=when, prefix=prefix,
+            self._entity_part(served, distinct, records, tiles, when=when, prefix=prefix,
                               results=answers)
         else:
             self._event_part(served, distinct, records, tiles, when=when, prefix=prefix,
@@ -388,10 +422,10 @@ class Fetcher:
         meta, group_by = served.meta, served.group_by
         empty = BatchRecord(meta.day_end, meta.slack, {}, {})
         for result, key, data, key_tiles in zip(results, keys, records, tiles, strict=True):
-            record = empty if data is None else self._records.get(
-                data, lambda raw: read_record(raw, served.features, served.dtypes,
-                                              signature=meta.signature,
-                                              generation=meta.generation), len(data))
+            record = empty if data is None else self._records.decoded(
+                (group_by.name, key), data, lambda raw: read_record(
+                    raw, served.features, served.dtypes, signature=meta.signature,
+                    generation=meta.generation))
             if record.generation < meta.generation:  # the served upload found no event of
                 record = empty  # this key (a newer one is an upload under way: it answers)
             if not record.covers(when) and group_by.name not in result.stale:
@@ -430,18 +464,17 @@ class Fetcher:
                            sum(len(value) for _, _, value in read))
         return series
 
-    def _entity_part(self, served: _Served, records: Sequence[bytes | None],
-                     tiles: Sequence[Sequence[Tile]], *, when: int, prefix: str,
-                     results: list[FetchResult]) -> None:
+    def _entity_part(self, served: _Served, keys: Sequence[bytes],
+                     records: Sequence[bytes | None], tiles: Sequence[Sequence[Tile]], *,
+                     when: int, prefix: str, results: list[FetchResult]) -> None:
         """Replay each key's rows and the mutations since (:mod:`.entity_records`)."""
         meta, name, entity = served.meta, served.group_by.name, served.entity
         assert entity is not None
         unmatched = 0
-        for result, data, key_tiles in zip(results, records, tiles, strict=True):
-            record = (None if data is None else self._records.get(
-                data, lambda raw: EntityRecord.from_bytes(raw, signature=meta.signature,
-                                                          generation=meta.generation),
-                len(data)))
+        for result, key, data, key_tiles in zip(results, keys, records, tiles, strict=True):
+            record = (None if data is None else self._records.decoded(
+                (name, key), data, lambda raw: EntityRecord.from_bytes(
+                    raw, signature=meta.signature, generation=meta.generation)))
             if record is None or record.generation < meta.generation:  # the key was not in
                 record = EntityRecord(meta.day_end, ())  # the served upload's snapshot
             if not record.covers(when, meta.slack) and name not in result.stale:
