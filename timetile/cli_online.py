@@ -289,7 +289,9 @@ def _freeze_startup_heap() -> None:
     would walk them all (about 100,000 objects, 47 ms, every request waiting) each time it
     runs. ``gc.freeze`` moves them to the permanent generation, after one collection so that
     no garbage goes with them. Anything frozen stays reachable or is freed by reference
-    counting as before; only a reference cycle among frozen objects would wait for good.
+    counting as before; only a reference cycle among frozen objects, and what it holds,
+    would wait for good (a fetcher and its caches hold none: tests/online/
+    test_hot_key_fetches.py).
     """
     gc.collect()
     gc.freeze()

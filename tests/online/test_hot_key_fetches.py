@@ -11,6 +11,8 @@ see, and its answers equal brute force over the events the store holds.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,38 @@ def test_replayed_reordered_and_expired_tiles_reach_the_kept_streamed_events(
         assert len(kept.series["x"]._blocks) == 5  # count, sum, max, the HLL and last_k
         [record] = fetcher._records.values()
         assert 0 < record.edges["x"].kept_runs <= 5 * 3
+
+
+def test_a_fetcher_let_go_of_is_freed_at_once(tmp_path: Path) -> None:
+    """No reference cycle: a fetcher let go of (a server's, replaced, or frozen out of the
+    collector's passes at its start) frees its caches and kept states at once, without the
+    cyclic garbage collector."""
+    rng = np.random.default_rng(3)
+    group_by = tt.GroupBy("g", tt.EventSource("t.parquet", time_column="ts"), ["k"], [
+        tt.Aggregation("x", op, windows=WINDOWS) for op in ("sum", "max")])
+    join = tt.Join("j", tt.EventSource("t.parquet", time_column="ts"), [group_by])
+    day_end = 100 * DAY_MS
+    old_times = np.sort(rng.integers(day_end - 4 * DAY_MS, day_end, 4_000)).astype(np.int64)
+    with open_store(f"lmdb://{tmp_path / 'store'}") as store:
+        upload_key(store, group_by, day_end, {"x": (rng.integers(0, 60, 4_000), old_times)},
+                   value_types={"x": "int"})
+        times = rng.integers(day_end, day_end + 36 * HOUR_MS, 6_000)
+        put_events(store, group_by, pa.table({"k": np.ones(len(times), np.int64), "ts": times,
+                                              "x": rng.integers(0, 60, len(times))}), "b1")
+        fetcher = Fetcher(join, store)
+        for at in range(day_end + 26 * HOUR_MS, day_end + 36 * HOUR_MS, HOUR_MS):
+            fetcher.fetch([{"k": 1}], at=at)
+        assert fetcher.kept_states > 0  # checkpoints and blocks
+        series = [*(folds for record in fetcher._records.values()
+                    for folds in record.edges.values()),
+                  *(folds for streamed in fetcher._streamed.values()
+                    for folds in streamed.series.values())]
+        assert len(series) == 2  # the record's edge and the streamed events
+        gone = [weakref.ref(fetcher), *map(weakref.ref, series)]
+        del series
+        gc.disable()
+        try:
+            del fetcher
+            assert [ref() for ref in gone] == [None] * len(gone)
+        finally:
+            gc.enable()

@@ -171,7 +171,7 @@ def answers_for(generation: int, signature: str, *, served: int | None,
     return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BatchRecord:
     """A decoded batch record: body states per feature and raw edge events per series.
 

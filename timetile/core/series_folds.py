@@ -285,6 +285,10 @@ class SeriesFolds:
 
     """
 
+    # No instance dict: a fetcher caches thousands of series, each one object for the
+    # garbage collector's passes (docs/online.md, "Pauses").
+    __slots__ = ("__weakref__", "_blocks", "_kept", "_lock", "times", "values")
+
     def __init__(self, values: np.ndarray, times: np.ndarray, *,
                  after: SeriesFolds | None = None) -> None:
         self.values = values

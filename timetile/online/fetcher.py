@@ -192,7 +192,7 @@ class FetchResult:
     definition: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Streamed:
     """One key's tiles as a fetch read them, and their events per series (see _recent)."""
 
