@@ -62,3 +62,6 @@ def test_a_slot_is_decoded_again_only_when_its_bytes_change() -> None:
     assert cache.decoded(("big", b"k"), b"x" * 101, decode) == [b"x" * 101]
     assert len(decoded) == 6
     assert cache.held == 17
+    cache.decoded(slot, b"x" * 101, decode)  # what the slot held goes, its bytes too
+    assert (cache.held, cache.values(), cache._encoded) == (8, [[b"record-1"]], {
+        ("carts", b"k1"): b"record-1"})

@@ -92,31 +92,31 @@ class _DecodeCache(Generic[K]):
         A value of more bytes than the capacity is not kept (nor any other under ``key``).
         """
         with self._lock:
-            self._encoded.pop(key, None)
-            self._keep(key, value, size)
+            self._keep(key, value, size, None)
 
-    def _keep(self, key: K, value: Any, size: int) -> None:
+    def _keep(self, key: K, value: Any, size: int, encoded: bytes | None) -> None:
+        self._forget(key)
         if size > self.capacity:  # kept by none: evicting the others would not make room
-            if key in self._items:
-                del self._items[key]
-                self.held -= self._sizes.pop(key)
             return
-        self.held += size - self._sizes.get(key, 0)
         self._items[key] = value
-        self._items.move_to_end(key)
         self._sizes[key] = size
-        while self.held > self.capacity and self._items:
-            evicted, _ = self._items.popitem(last=False)
-            self.held -= self._sizes.pop(evicted)
-            self._encoded.pop(evicted, None)
+        if encoded is not None:
+            self._encoded[key] = encoded
+        self.held += size
+        while self.held > self.capacity:  # the others: the newest fits alone
+            self._forget(next(iter(self._items)))
+
+    def _forget(self, key: K) -> None:
+        if key in self._items:
+            del self._items[key]
+            self.held -= self._sizes.pop(key)
+            self._encoded.pop(key, None)
 
     def drop(self, unwanted: Callable[[K], bool]) -> None:
         """Let go of the values whose keys are ``unwanted``. O(values kept)."""
         with self._lock:
             for key in [key for key in self._items if unwanted(key)]:
-                del self._items[key]
-                self.held -= self._sizes.pop(key)
-                self._encoded.pop(key, None)
+                self._forget(key)
 
     def values(self) -> list[Any]:
         """Return the kept values, least recently used first."""
@@ -146,9 +146,7 @@ class _DecodeCache(Generic[K]):
                 return value
         value = decode(data)
         with self._lock:
-            self._keep(slot, value, len(data))
-            if slot in self._items:  # not evicted at once: larger than the capacity
-                self._encoded[slot] = data
+            self._keep(slot, value, len(data), data)
         return value
 
 
