@@ -67,6 +67,14 @@ def block_size(extent: int) -> int:
     return max(MIN_BLOCK, BLOCK_SCALE * math.isqrt(extent))
 
 
+def _too_short(extent: int) -> bool:
+    """Whether a run of ``extent`` events is folded whole, keeping no state.
+
+    At most ``4 * MIN_BLOCK`` events: so a series no longer than that never keeps one.
+    """
+    return extent <= 4 * MIN_BLOCK
+
+
 def _whole(lo: int, hi: int) -> tuple[None, Rest]:
     """Return the cover of a run folded whole: no kept state, every event to fold."""
     return None, ((lo, hi),) if lo < hi else ()
@@ -297,8 +305,7 @@ class SeriesFolds:
         self._blocks: dict[Aggregator[Any], _Blocks] = {}
         # A series too short to keep states (most of a fetcher's) never takes its lock in
         # cover(): it shares one, so a cache of them holds no lock object per series.
-        self._lock = (threading.Lock() if len(times) > 4 * MIN_BLOCK
-                      else _SHORT_SERIES_LOCK)
+        self._lock = _SHORT_SERIES_LOCK if _too_short(len(times)) else threading.Lock()
         if after is not None and 0 < len(after) <= len(times) and np.array_equal(
                 after.times, times[:len(after)]):
             with after._lock:
@@ -372,7 +379,7 @@ class SeriesFolds:
         """
         if anchor is not None and anchor not in (lo, hi):
             raise ValueError(f"anchor {anchor} is neither end of the run [{lo}, {hi})")
-        if hi - lo <= 4 * MIN_BLOCK or not aggregator.checkpointable:
+        if _too_short(hi - lo) or not aggregator.checkpointable:
             return _whole(lo, hi)
         if anchor is None:
             return self._cover_free(aggregator, lo, hi)
