@@ -18,6 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from timetile.core.aggregators.counting import Sum
+from timetile.core.aggregators.exact import (
+    MAX_PARTIALS,
+    exact_float_sum,
+    rounded_run_sum,
+    scaled_to_float,
+)
 from timetile.core.kernels.sweep import (
     float_prefix_sums,
     int_prefix_sums,
@@ -70,6 +76,43 @@ def test_small_sums_after_a_huge_value_are_correctly_rounded() -> None:
     values = np.array([1e17, 0.1, 0.2, 1e16, 1.0, *[1e-15] * 150])
     sums = window_sums(values, np.array([2, 1, 4]), np.array([3, 3, 155]))
     assert sums.tolist() == [0.2, 0.30000000000000004, 1.00000000000015]
+
+
+def test_ties_deep_in_a_column_are_rounded_as_the_exact_sum() -> None:
+    """Half of all sums of two values with one exponent are ties, and the prefixes' slack
+    cannot tell which way such a sum rounds: the runs are summed again. A tie rounds to
+    even, unless a third, tiny value tips it: left-to-right addition gets those wrong."""
+    rng = np.random.default_rng(5)
+    triples = [(64.0 + odd * 2.0**-46, 64.0, tip) for odd in range(1, 400, 2)
+               for tip in (0.0, 2.0**-100, -(2.0**-100))]
+    values = np.concatenate([rng.random(5_000) * 100, np.array(triples).ravel()])
+    lows = np.arange(5_000, len(values), 3)
+    sums = window_sums(values, lows, lows + 3)
+    expected = [math.fsum(triple) for triple in triples]
+    assert sums.tolist() == expected
+    naive = [(a + b) + c for a, b, c in triples]
+    assert sum(ours != left for ours, left in zip(expected, naive, strict=True)) > 100
+
+
+def test_a_run_whose_partial_sums_overflow_is_summed_with_integers() -> None:
+    values = np.array([1.0, 1e308, 1e308, -1e308, 0.5, -1e308, -1e308])
+    sums = window_sums(values, np.array([1, 0, 1]), np.array([4, 5, 7]))
+    assert sums.tolist() == [1e308, 1e308 + 1.5, -1e308]
+
+
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@given(st.lists(FINITE | st.sampled_from([math.nan, math.inf, -0.0, 5e-324]), max_size=40))
+def test_the_compiled_rounded_sum_equals_the_integer_one(values: list[float]) -> None:
+    array = np.array(values, dtype=np.float64)
+    total, summed = rounded_run_sum(array, 0, len(array), np.empty(MAX_PARTIALS))
+    exact = scaled_to_float(exact_float_sum(array[np.isfinite(array)]))
+    if summed:
+        assert same_value(total, exact, rel_tol=0.0)
+        assert math.copysign(1.0, total) == math.copysign(1.0, exact)  # 0.0, never -0.0
+    else:  # it gives up only where a partial sum leaves the double range
+        assert any(abs(value) > 1e307 for value in values if math.isfinite(value))
 
 
 def test_prefix_sums_of_other_values_are_refused() -> None:

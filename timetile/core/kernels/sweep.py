@@ -28,15 +28,19 @@ of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
-from timetile.core.aggregators.exact import exact_float_sum, scaled_to_float, two_sum
+from timetile.core.aggregators.exact import (
+    MAX_PARTIALS,
+    exact_float_sum,
+    rounded_run_sum,
+    scaled_to_float,
+    two_sum,
+)
 
 Int64s = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -111,10 +115,6 @@ def _prefix_double_double(values: Floats
     return high, low, slack, nans, positive, negative
 
 
-#: :func:`two_sum`, elementwise on arrays (typed as such).
-_two_sums = cast(Callable[[Floats, Floats], tuple[Floats, Floats]], two_sum)
-
-
 def window_sums(values: Floats, lows: Int64s, highs: Int64s,
                 prefix: FloatPrefixSums | None = None) -> Floats:
     """Spark's ``sum`` of each run ``values[lo:hi]`` of doubles (0.0 for empty runs).
@@ -134,35 +134,62 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s,
     if prefix is None:
         prefix = float_prefix_sums(values)
     assert len(prefix.high) == len(values) + 1, "prefix sums of other values"
-    high, low, slack, nans, positive, negative = prefix
-    with np.errstate(invalid="ignore", over="ignore"):
-        # The run's exact sum is finite + remainder, give or take bound: the low words'
-        # roundings over the run (slack; 2⁻²⁰ of the prefix covers slack's own rounding up
-        # to 2³³ values), and those of the two additions into rest (the 2⁻⁵¹ term).
-        high_run, high_error = _two_sums(high[highs], -high[lows])
-        low_run, low_error = _two_sums(low[highs], -low[lows])
-        head, tail = _two_sums(high_run, low_run)
-        rest = tail + (high_error + low_error)
-        finite, remainder = _two_sums(head, rest)
-        bound = (slack[highs] - slack[lows]) + 2.0**-20 * slack[highs] + 2.0**-51 * (
-            np.abs(tail) + np.abs(high_error) + np.abs(low_error))
-        # Correctly rounded when the exact sum cannot leave the interval of reals that round
-        # to ``finite``: within half the narrower gap to its neighbours; or exactly ``finite``
-        # (the only sure case for a sum of 0.0, whose narrower gap is none).
-        magnitude = np.abs(finite)
-        gap = np.minimum(np.spacing(magnitude), magnitude - np.nextafter(magnitude, 0.0))
-        exact = (bound == 0.0) & (remainder == 0.0)
-        sure = np.isfinite(finite) & (exact | (np.abs(remainder) + bound < gap / 2))
-    for query in np.flatnonzero(~sure & (highs > lows)):
+    sums, refused = _window_sums(values, *prefix, lows, highs)
+    for query in np.flatnonzero(refused):  # beyond the double range on the way: no range
         run = values[lows[query]:highs[query]]
-        finite[query] = scaled_to_float(exact_float_sum(run[np.isfinite(run)]))
-    has_nan = nans[highs] > nans[lows]
-    has_pos = positive[highs] > positive[lows]
-    has_neg = negative[highs] > negative[lows]
-    finite = np.where(highs > lows, finite, 0.0)
-    out = np.where(has_pos, math.inf, finite)
-    out = np.where(has_neg, -math.inf, out)
-    return np.where(has_nan | (has_pos & has_neg), math.nan, out)
+        sums[query] = scaled_to_float(exact_float_sum(run[np.isfinite(run)]))
+    return sums
+
+
+@numba.njit(cache=True)
+def _window_sums(  # noqa: PLR0917  (numba kernels take positional arrays)
+        values: Floats, high: Floats, low: Floats, slack: Floats, nans: Int64s,
+        positive: Int64s, negative: Int64s, lows: Int64s, highs: Int64s,
+) -> tuple[Floats, Bools]:
+    """:func:`window_sums`, compiled: the sums, and the runs it leaves to exact integers.
+
+    A run's exact sum is ``finite + remainder``, give or take ``bound``: the low words'
+    roundings over the run (slack; 2⁻²⁰ of the prefix covers slack's own rounding up to 2³³
+    values), and those of the two additions into ``rest`` (the 2⁻⁵¹ term). ``finite`` is the
+    correctly rounded sum when the exact sum cannot leave the interval of reals that round to
+    it: within half the narrower gap to its neighbours; or exactly ``finite`` (the only sure
+    case for a sum of 0.0, whose narrower gap is none). Otherwise (a sum at or near a tie, as
+    half of all sums of two values with one exponent are, or cancellation against a huge
+    earlier value) the run is summed again, exactly and correctly rounded
+    (:func:`~timetile.core.aggregators.exact.rounded_run_sum`); a run whose partial sums
+    leave the double range is refused, for the caller to sum with Python integers.
+    """
+    sums = np.zeros(len(lows))
+    refused = np.zeros(len(lows), dtype=np.bool_)
+    partials = np.empty(MAX_PARTIALS)
+    for query in range(len(lows)):
+        lo, hi = lows[query], highs[query]
+        if hi <= lo:
+            continue
+        has_positive = positive[hi] > positive[lo]
+        has_negative = negative[hi] > negative[lo]
+        if nans[hi] > nans[lo] or (has_positive and has_negative):
+            sums[query] = np.nan
+            continue
+        if has_positive or has_negative:
+            sums[query] = np.inf if has_positive else -np.inf
+            continue
+        high_run, high_error = two_sum(high[hi], -high[lo])
+        low_run, low_error = two_sum(low[hi], -low[lo])
+        head, tail = two_sum(high_run, low_run)
+        rest = tail + (high_error + low_error)
+        finite, remainder = two_sum(head, rest)
+        bound = (slack[hi] - slack[lo]) + 2.0**-20 * slack[hi] + 2.0**-51 * (
+            abs(tail) + abs(high_error) + abs(low_error))
+        magnitude = abs(finite)
+        gap = min(np.spacing(magnitude), magnitude - np.nextafter(magnitude, 0.0))
+        exact = bound == 0.0 and remainder == 0.0
+        if np.isfinite(finite) and (exact or abs(remainder) + bound < gap / 2):
+            sums[query] = finite
+            continue
+        sums[query], summed = rounded_run_sum(values, lo, hi, partials)
+        refused[query] = not summed
+    return sums, refused
 
 
 def int_prefix_sums(values: Int64s) -> Int64s:
