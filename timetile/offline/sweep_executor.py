@@ -34,6 +34,7 @@ from pyspark.sql import types as T
 
 from timetile.api.group_by import IDENTIFIER, RESERVED_PREFIX
 from timetile.api.windows import Window
+from timetile.core.kernels.sweep import time_order
 from timetile.core.types import ValueType
 from timetile.offline.hot_keys import CHUNK, with_chunks
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
@@ -101,10 +102,9 @@ class SweepPass:
             yield from self._table(table).to_batches()
 
     def _table(self, table: pa.Table) -> pa.Table:
-        order = [(name, "ascending") for name in (*self.group_keys, TIME)]
-        table = table.take(pc.sort_indices(table, sort_keys=order))
-        starts = group_starts(table, self.group_keys)
+        starts = group_starts(table, self.group_keys)  # contiguous: Spark sorted them
         group_of_row = np.repeat(np.arange(len(starts)), np.diff([*starts, table.num_rows]))
+        table = table.take(time_order(table.column(TIME).to_numpy(), group_of_row))
         is_query = np.ones(table.num_rows, dtype=bool)  # a query has no value at all
         for name in self.value_columns:
             is_query &= pc.is_null(table.column(name)).to_numpy(zero_copy_only=False)
