@@ -1,7 +1,7 @@
 """The sorted-sweep executor: the ops of :data:`SWEEP_OPS` without per-group Python.
 
 Events and queries are shuffled once, by key, and sorted by key (Spark's sort is cheap on
-one column; the time order within a key is finished in Arrow); each partition streams
+one column; the time order within a key is finished in numpy); each partition streams
 through ``mapInArrow`` in tables of whole keys, and :mod:`timetile.core.kernels.sweep`
 answers every query of every key with vectorized, numba-compiled kernels. It is the fastest
 path for these ops, which are the common case. Its limit is skew: one task holds all the
