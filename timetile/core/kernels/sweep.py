@@ -62,7 +62,8 @@ def time_order(times: Int64s, group_of_row: Int64s) -> Int64s:
     """
     if len(times) == 0:
         return np.zeros(0, dtype=np.int64)
-    low, span = int(times.min()), int(times.max()) - int(times.min()) + 1
+    low = int(times.min())
+    span = int(times.max()) - low + 1
     if (int(group_of_row[-1]) + 1) * span >= 2**62:
         ordered: Int64s = np.lexsort((times, group_of_row))
         return ordered
