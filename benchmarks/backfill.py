@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     args.ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
     command = "python benchmarks/backfill.py" + "".join(
         f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
-    from timetile.offline.session import local_session
+    from timetile.spark.session import local_session
 
     names = executors(args.executor)
     log(f"starting Spark local[{args.cores}] ...")

@@ -27,7 +27,7 @@ from _contenders import OPS, WINDOWS, Inputs, make_inputs  # noqa: E402
 from _datasets import SPECS, ensure  # noqa: E402
 
 import timetile as tt  # noqa: E402
-from timetile.offline.session import local_session  # noqa: E402
+from timetile.spark.session import local_session  # noqa: E402
 
 
 def one_round(inputs: Inputs) -> dict[str, float]:

@@ -107,7 +107,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be at least 2: the first round only warms up")
-    from timetile.offline.session import local_session
+    from timetile.spark.session import local_session
     spark = local_session("timetile-data-path", cores=2, shuffle_partitions=8,
                           driver_memory="5g")
     dataset = ensure(spark, args.dataset, args.scale, args.cache)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import timetile as tt
 from timetile.offline.options import DEFAULT_MAX_KEY_EVENTS
-from timetile.offline.session import local_session
+from timetile.spark.session import local_session
 
 DAY_MS = 86_400_000
 START = 1_704_067_200_000  # 2024-01-01T00:00:00Z

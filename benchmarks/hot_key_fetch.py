@@ -40,8 +40,8 @@ import pyarrow as pa
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS
 from timetile.online.fetcher import Fetcher
-from timetile.online.store import KVStore, open_store
-from timetile.online.tiles import put_events
+from timetile.store.kv import KVStore, open_store
+from timetile.store.tiles import put_events
 from timetile.testing.hand_upload import upload_key
 
 DAY_END = 100 * DAY_MS

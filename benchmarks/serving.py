@@ -54,11 +54,11 @@ from _report import run_lines, verdict, write_section
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, date_to_ms
-from timetile.offline.session import local_session
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.store import open_store
-from timetile.online.tiles import put_events
-from timetile.online.upload import upload
+from timetile.spark.session import local_session
+from timetile.store.kv import open_store
+from timetile.store.tiles import put_events
 from timetile.testing.redis_server import RedisServer
 
 DS = "2024-01-07"
@@ -155,7 +155,7 @@ join = definitions([{paths}])
 
 def serve(defs: Path, store_uri: str, port: int) -> subprocess.Popen[bytes]:
     """Start ``timetile serve`` on loopback and wait until /health answers."""
-    command = [sys.executable, "-m", "timetile.cli", "serve", str(defs), "--store", store_uri,
+    command = [sys.executable, "-m", "timetile.cli.app", "serve", str(defs), "--store", store_uri,
                "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60

@@ -5,9 +5,9 @@ Puts N records (default 100K) of 300 random bytes into each store, then times mu
 after 200 warm-up calls. Also times the load (records per second, batches of 10,000, each
 batch one durable commit). Prints a Markdown table.
 
-- ``lmdb``: :class:`timetile.online.lmdb_store.LmdbStore` in a temporary directory,
+- ``lmdb``: :class:`timetile.store.lmdb_store.LmdbStore` in a temporary directory,
   ``sync=True`` (fsync per commit);
-- ``redis``: :class:`timetile.online.redis_store.RedisStore` on a throwaway local
+- ``redis``: :class:`timetile.store.redis_store.RedisStore` on a throwaway local
   ``redis-server`` (no persistence) over TCP on 127.0.0.1, or ``--redis-url``;
 - ``sqlite``: stdlib ``sqlite3``, WAL mode, ``synchronous=FULL``, a ``WITHOUT ROWID`` table
   keyed by the key, read with ``SELECT k, v FROM kv WHERE k IN (?, ...)``: the obvious
@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from functools import partial
 
-from timetile.online.lmdb_store import LmdbStore
-from timetile.online.redis_store import RedisStore
+from timetile.store.lmdb_store import LmdbStore
+from timetile.store.redis_store import RedisStore
 from timetile.testing import RedisServer
 
 Getter = Callable[[Sequence[bytes]], list[bytes | None]]

@@ -45,10 +45,10 @@ from _report import run_lines, verdict, write_section
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
-from timetile.offline.session import local_session
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.store import open_store
-from timetile.online.upload import upload
+from timetile.spark.session import local_session
+from timetile.store.kv import open_store
 from timetile.streaming.file_source import FileSource
 from timetile.streaming.job import TileStream, stream_group_by
 from timetile.testing.redis_server import RedisServer

@@ -18,9 +18,9 @@ import tempfile
 import time
 from contextlib import ExitStack
 
-from timetile.online.lmdb_store import LmdbStore
-from timetile.online.redis_store import RedisStore
-from timetile.online.store import KVStore
+from timetile.store.kv import KVStore
+from timetile.store.lmdb_store import LmdbStore
+from timetile.store.redis_store import RedisStore
 from timetile.testing import RedisServer
 
 TABLE = "tiles"

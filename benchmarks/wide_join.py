@@ -29,7 +29,7 @@ sys.path.append(str(HERE.parent))  # timetile, when it is not installed
 
 import timetile as tt  # noqa: E402
 from timetile.core.timeutil import DAY_MS, date_to_ms  # noqa: E402
-from timetile.offline.session import local_session  # noqa: E402
+from timetile.spark.session import local_session  # noqa: E402
 
 WINDOWS = ["1h", "6h", "1d", "7d", "30d"]
 START = date_to_ms("2024-01-01")

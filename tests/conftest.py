@@ -18,7 +18,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """The session-wide local SparkSession (2 threads, 2 shuffle partitions)."""
-    from timetile.offline.session import local_session
+    from timetile.spark.session import local_session
 
     session = local_session("timetile-tests", cores=2, shuffle_partitions=2)
     yield session

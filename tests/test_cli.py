@@ -18,11 +18,11 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from timetile import __version__
-from timetile.cli import app
+from timetile.cli.app import app
 from timetile.offline.backfill import EXECUTORS
 from timetile.offline.options import EXECUTOR_NAMES
-from timetile.online.store import open_store
 from timetile.spark.sources import literal_path
+from timetile.store.kv import open_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -411,7 +411,7 @@ def test_upload_then_fetch(runner: CliRunner, data: Paths, tmp_path: Path) -> No
 
     # On its own, as a user runs it: the same answer, and PySpark never loads.
     script = ("import sys\n"
-              "from timetile.cli import main\n"
+              "from timetile.cli.app import main\n"
               "try:\n"
               "    main(sys.argv[1:])\n"
               "except SystemExit as done:\n"
@@ -491,7 +491,7 @@ def test_serve_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
 
 
 def test_serve_prints_the_port_it_serves() -> None:
-    from timetile.cli_online import _free_port
+    from timetile.cli.online import _free_port
 
     chosen = _free_port("127.0.0.1", 0)  # --port 0: the port the OS picked, not 0
     assert chosen > 0
@@ -527,10 +527,10 @@ def test_serve_keeps_its_startup_objects_out_of_full_collections(
 
 def test_consistency_of_logged_fetches(runner: CliRunner, spark: SparkSession, data: Paths,
                                        tmp_path: Path) -> None:
-    from timetile.cli_common import load_joins
+    from timetile.cli.common import load_joins
     from timetile.online.fetcher import Fetcher
     from timetile.online.response_log import ResponseLog
-    from timetile.online.store import open_store
+    from timetile.store.kv import open_store
 
     defs = write_defs(tmp_path / "defs.py", data)
     store = f"lmdb:{tmp_path / 'store'}"

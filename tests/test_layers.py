@@ -106,7 +106,7 @@ def test_serving_never_loads_spark() -> None:
     ``tt.backfill`` loads on first use, and the Spark commands load it when they run.
     """
     script = ("import sys, timetile.online.server, timetile.online.fetcher, "
-              "timetile.online.redis_store, timetile.cli\n"
+              "timetile.store.redis_store, timetile.cli.app\n"
               "loaded = [m for m in sys.modules if m.split('.')[0] == 'pyspark'\n"
               "          or m.startswith(('timetile.offline.', 'timetile.spark'))\n"
               "          and m not in ('timetile.offline.options', 'timetile.offline.report')]\n"

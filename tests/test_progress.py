@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from timetile.progress import JobProgress, SparkTasks, spark_tasks
+from timetile.cli.progress import JobProgress, SparkTasks, spark_tasks
 
 
 class FakeTracker:

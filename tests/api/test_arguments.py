@@ -14,11 +14,11 @@ import pytest
 
 import timetile as tt
 from timetile.core.timeutil import date_to_ms
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
 from timetile.online.response_log import ResponseLog
-from timetile.online.store import open_store
-from timetile.online.tiles import millis
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
+from timetile.store.tiles import millis
 
 
 def _group_by() -> tt.GroupBy:

@@ -22,8 +22,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 import timetile as tt
-from timetile import cli, demo
-from timetile.cli_common import load_joins
+import timetile.__main__
+from timetile.demo import data as demo
+from timetile.cli.common import load_joins
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -37,9 +38,9 @@ import runpy
 from pathlib import Path
 
 import timetile as tt
-import timetile.examples
+import timetile.demo
 
-HERE = Path(timetile.examples.__file__).parent
+HERE = Path(timetile.demo.__file__).parent
 checkouts = runpy.run_path(str(HERE / "checkout_model.py"))
 ratings = runpy.run_path(str(HERE / "listing_ratings.py"))["listing_ratings"]
 # Short windows, so that the busiest users' rows can be cut into chunks of time
@@ -69,7 +70,7 @@ def submit(defs: Path, output: Path, *options: str) -> str:
     done = subprocess.run(
         [str(spark_submit), "--master", "local-cluster[2,1,1024]",
          "--conf", "spark.executor.memory=768m", "--conf", "spark.sql.shuffle.partitions=4",
-         "--conf", "spark.sql.session.timeZone=UTC", cli.__file__, "backfill", str(defs),
+         "--conf", "spark.sql.session.timeZone=UTC", timetile.__main__.__file__, "backfill", str(defs),
          "--join", "cluster_check", "--start", START, "--end", END, "--output", str(output),
          *options],
         capture_output=True, text=True, timeout=400, env=env, check=False)

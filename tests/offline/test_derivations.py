@@ -18,7 +18,7 @@ from pyspark.errors import AnalysisException
 from rich.console import Console
 
 import timetile as tt
-from timetile.cli_render import print_summary
+from timetile.cli.render import print_summary
 from timetile.offline.derivations import apply_derivations, check_derivations
 from timetile.offline.report import JobReport
 from timetile.testing import (

@@ -13,6 +13,7 @@ from pyspark.sql import types as T
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS
 from timetile.core.windows import WindowKind, window_bounds, window_reach
+from timetile.offline.executors.sweep.executor import sweep_features
 from timetile.offline.hot_keys import (
     CASE_LIMIT,
     CHUNK,
@@ -28,7 +29,6 @@ from timetile.offline.hot_keys import (
     worth_tallying,
 )
 from timetile.offline.plan import ExecutorOptions, plan_backfill
-from timetile.offline.sweep_executor import sweep_features
 from timetile.testing import (
     differing_cells,
     naive_backfill,

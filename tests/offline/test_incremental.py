@@ -117,8 +117,8 @@ def test_partials_of_an_older_state_form_are_never_read(spark: Any,
     """A changed state form (moments' version 2, with the mean's low word) changes the
     signature that stored partials live under; ops whose form never changed keep theirs."""
     from timetile.core.aggregators.moments import Variance
+    from timetile.offline.executors.tiled import TiledLayout
     from timetile.offline.plan import plan_backfill
-    from timetile.offline.tiled_executor import TiledLayout
 
     events = spark.createDataFrame([(1, 10, 1.0)], "u long, ts long, amount double")
     queries = tt.EventSource(spark.createDataFrame([(1, 30)], "u long, ts long"))
@@ -332,7 +332,7 @@ def test_a_store_not_yet_written_is_not_read(spark: Any, tmp_path: Path,
     log level): a first run must ask whether the store exists instead."""
     from pyspark.sql import SparkSession
 
-    from timetile.offline.partial_store import PartialStore
+    from timetile.offline.executors.partial_store import PartialStore
     from timetile.spark.sources import path_exists
 
     written = PartialStore(str(tmp_path / "written"))

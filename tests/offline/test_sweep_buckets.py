@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 import timetile as tt
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.types import ValueType
+from timetile.offline.executors.sweep.buckets import BucketedColumn, bucket_layout
 from timetile.offline.hot_keys import windows_reach
 from timetile.offline.plan import Feature, query_bounds
-from timetile.offline.sweep_buckets import BucketedColumn, bucket_layout
 
 SECOND = 1_000
 GROUPS = 3

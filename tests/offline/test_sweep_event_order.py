@@ -24,8 +24,7 @@ import timetile as tt
 from timetile.core.aggregators import make_aggregator
 from timetile.core.aggregators.ordering import canonical, order_key
 from timetile.core.types import ValueType
-from timetile.offline.plan import Feature
-from timetile.offline.sweep_columns import (
+from timetile.offline.executors.sweep.columns import (
     EVENT_ORDER_OPS,
     VALUE_RANK_OPS,
     SweptColumn,
@@ -34,6 +33,7 @@ from timetile.offline.sweep_columns import (
     feature_result,
     list_offsets,
 )
+from timetile.offline.plan import Feature
 
 ARROW_TYPES = {ValueType.INT: pa.int64(), ValueType.FLOAT: pa.float64(),
                ValueType.STRING: pa.string(), ValueType.BOOL: pa.bool_()}

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from timetile.online.lmdb_store import LmdbStore
-from timetile.online.redis_store import RedisStore
-from timetile.online.store import KVStore
+from timetile.store.kv import KVStore
+from timetile.store.lmdb_store import LmdbStore
+from timetile.store.redis_store import RedisStore
 from timetile.testing import RedisServer
 
 

@@ -20,11 +20,11 @@ import timetile as tt
 from timetile.core import series_folds
 from timetile.core.aggregators.sketches import KLL_RANK_ERROR
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher, NotUploadedError
-from timetile.online.layout import encode_key, tile_table
-from timetile.online.store import open_store
-from timetile.online.tiles import put_events
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
+from timetile.store.layout import encode_key, tile_table
+from timetile.store.tiles import put_events
 from timetile.testing import (
     percentile_rank_bounds,
     percentiles_within,

@@ -19,11 +19,11 @@ import pytest
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
-from timetile.online.entity_records import put_mutations
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.store import open_store
-from timetile.online.tiles import put_events
-from timetile.online.upload import upload
+from timetile.store.entity_records import put_mutations
+from timetile.store.kv import open_store
+from timetile.store.tiles import put_events
 from timetile.testing import random_entities, same_value, to_spark
 
 pytestmark = pytest.mark.spark

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from timetile.core.aggregators.codec import encode
-from timetile.online.entity_records import (
+from timetile.store.entity_records import (
     EntityRecord,
     Mutation,
     decode_mutations,

@@ -24,11 +24,11 @@ import pytest
 import timetile as tt
 from timetile.core.reference import aggregate_windows
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.layout import online_features, tile_table
-from timetile.online.store import open_store
-from timetile.online.tiles import put_events
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
+from timetile.store.layout import online_features, tile_table
+from timetile.store.tiles import put_events
 from timetile.testing import random_events, same_value, to_spark
 from timetile.testing.hand_upload import upload_key
 

@@ -22,10 +22,10 @@ import pytest
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.core.windows import window_interval
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.store import open_store
-from timetile.online.tiles import put_events
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
+from timetile.store.tiles import put_events
 from timetile.testing import random_events, to_spark
 
 pytestmark = pytest.mark.spark

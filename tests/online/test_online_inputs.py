@@ -12,11 +12,11 @@ import pytest
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.offline.upload import MAX_NAME, upload
 from timetile.online.fetcher import Fetcher, NotUploadedError
-from timetile.online.layout import KeyValueError, batch_table, encode_key, tile_table
-from timetile.online.store import check_table, open_store
-from timetile.online.tiles import put_events
-from timetile.online.upload import MAX_NAME, upload
+from timetile.store.kv import check_table, open_store
+from timetile.store.layout import KeyValueError, batch_table, encode_key, tile_table
+from timetile.store.tiles import put_events
 
 pytestmark = pytest.mark.spark
 

@@ -21,14 +21,14 @@ from fastapi.testclient import TestClient
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
 from timetile.online.jsonable import to_json_value
-from timetile.online.layout import META_TABLE, served_definition
-from timetile.online.lmdb_store import LmdbStore
 from timetile.online.server import create_app
-from timetile.online.store import open_store
-from timetile.online.tiles import put_events
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
+from timetile.store.layout import META_TABLE, served_definition
+from timetile.store.lmdb_store import LmdbStore
+from timetile.store.tiles import put_events
 from timetile.testing import RedisServer
 
 pytestmark = pytest.mark.spark

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from timetile.online.lmdb_store import MAX_MEMBER, MAX_TABLES, LmdbStore
-from timetile.online.redis_store import RedisStore
-from timetile.online.store import KVStore, StoreUnavailable, Tile, open_store, redacted_uri
+from timetile.store.kv import KVStore, StoreUnavailable, Tile, open_store, redacted_uri
+from timetile.store.lmdb_store import MAX_MEMBER, MAX_TABLES, LmdbStore
+from timetile.store.redis_store import RedisStore
 from timetile.streaming.sources import parse_source
 
 MIN, MAX = -(1 << 63), (1 << 63) - 1
@@ -501,7 +501,7 @@ def test_lmdb_map_grows_when_full(tmp_path: Path) -> None:
 def test_lmdb_another_process_writes_and_grows_the_map(tmp_path: Path) -> None:
     with LmdbStore(tmp_path, map_size=1 << 20) as reader:
         reader.multi_put("t", [(b"mine", b"1")])
-        script = ("import sys; from timetile.online.lmdb_store import LmdbStore\n"
+        script = ("import sys; from timetile.store.lmdb_store import LmdbStore\n"
                   "with LmdbStore(sys.argv[1], map_size=1 << 20) as s:\n"
                   "    s.multi_put('t', [(b'%d' % i, b'y' * 100_000) for i in range(80)])\n")
         root = str(Path(__file__).parents[2])

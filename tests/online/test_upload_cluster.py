@@ -12,14 +12,14 @@ from pathlib import Path
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
-from timetile.online.store import open_store
+from timetile.store.kv import open_store
 
 KEYS = 30_000
 SCRIPT = """
 import sys
 from pyspark.sql import SparkSession, functions as F
 import timetile as tt
-from timetile.online.upload import upload
+from timetile.offline.upload import upload
 
 spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
          .config("spark.executor.memory", "512m")

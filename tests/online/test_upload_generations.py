@@ -19,9 +19,11 @@ import timetile as tt
 from timetile.core.aggregators.codec import decode, encode
 from timetile.core.batch_record import answers_for, read_record
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
-from timetile.online.entity_records import EntityRecord
+from timetile.offline.upload import _next_generation, upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.layout import (
+from timetile.store.entity_records import EntityRecord
+from timetile.store.kv import open_store
+from timetile.store.layout import (
     META_TABLE,
     GroupByMeta,
     batch_table,
@@ -29,8 +31,6 @@ from timetile.online.layout import (
     feature_signature,
     part_signatures,
 )
-from timetile.online.store import open_store
-from timetile.online.upload import _next_generation, upload
 
 pytestmark = pytest.mark.spark
 
@@ -226,7 +226,7 @@ def test_uploads_side_by_side_take_distinct_generations(tmp_path: Any,
 
     Reads take 2 ms here, so the old two calls lose generations on nearly every run.
     """
-    upload_module = importlib.import_module("timetile.online.upload")  # not its function
+    upload_module = importlib.import_module("timetile.offline.upload")  # not its function
     monkeypatch.setattr(upload_module, "open_store", lambda uri: _SlowReads(open_store(uri)))
     store_uri = f"lmdb:{tmp_path}/store"
     taken: list[int] = []

@@ -12,11 +12,11 @@ import pyarrow.compute as pc
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.layout import encode_key, tile_table
-from timetile.online.store import Tile, open_store
-from timetile.online.tiles import read_meta
-from timetile.online.upload import upload
+from timetile.store.kv import Tile, open_store
+from timetile.store.layout import encode_key, tile_table
+from timetile.store.tiles import read_meta
 from timetile.streaming.file_source import land_json_lines
 from timetile.testing import random_events, same_value, to_spark
 

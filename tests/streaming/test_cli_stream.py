@@ -11,9 +11,9 @@ import pytest
 from stream_helpers import DAY_END, write_files
 from typer.testing import CliRunner
 
-from timetile.cli import app
+from timetile.cli.app import app
 from timetile.core.timeutil import HOUR_MS
-from timetile.online.store import open_store
+from timetile.store.kv import open_store
 from timetile.streaming.job import stream_totals
 from timetile.streaming.state import StreamCounts
 

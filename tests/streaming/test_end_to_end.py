@@ -13,7 +13,7 @@ from stream_helpers import DAY_END, KEYS, World, make_world
 
 from timetile.online.fetcher import Fetcher
 from timetile.online.response_log import ResponseLog
-from timetile.online.store import open_store
+from timetile.store.kv import open_store
 from timetile.streaming.file_source import FileSource
 from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.verify.consistency import consistency

@@ -14,10 +14,10 @@ import pytest
 
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, date_to_ms
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
 from timetile.online.response_log import ResponseLog
-from timetile.online.store import open_store
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
 from timetile.streaming.file_source import FileSource, land_json_lines
 from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.testing import random_entities, same_value, to_spark

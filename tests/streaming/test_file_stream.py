@@ -26,10 +26,10 @@ from stream_helpers import DAY_END, DS, KEYS, World, all_tiles, mismatches, writ
 
 import timetile as tt
 from timetile.core.timeutil import HOUR_MS, date_to_ms
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.store import open_store
-from timetile.online.tiles import read_meta
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
+from timetile.store.tiles import read_meta
 from timetile.streaming.file_source import FileSource
 from timetile.streaming.job import BatchReport, TileStream, events_frame, stream_group_by
 from timetile.streaming.state import StreamOwnershipError, read_state
@@ -268,7 +268,7 @@ def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, Tile
     uri = world.store(tmp_path / "store")
     checkpoint = tmp_path / "checkpoint"
     landing = world.files[0].parent
-    command = [sys.executable, "-c", "from timetile.cli import main; main()", "stream",
+    command = [sys.executable, "-c", "from timetile.cli.app import main; main()", "stream",
                str(defs), "--group-by", "users", "--source",
                f"dir:{landing}?maxFilesPerTrigger=1", "--store", uri, "--checkpoint",
                str(checkpoint), "--trigger-seconds", "0.5"]

@@ -19,9 +19,9 @@ from stream_helpers import DAY_END, write_files
 
 import timetile as tt
 from timetile.core.timeutil import HOUR_MS
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
-from timetile.online.store import open_store
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
 from timetile.streaming.file_source import FileSource
 from timetile.streaming.job import stream_group_by, stream_totals
 from timetile.streaming.redis_source import RedisStreamSource

@@ -16,7 +16,7 @@ import pytest
 import redis
 from stream_helpers import DS, World, mismatches
 
-from timetile.online.upload import upload
+from timetile.offline.upload import upload
 from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.streaming.redis_source import RedisStreamSource
 from timetile.streaming.sources import parse_source

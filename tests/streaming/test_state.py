@@ -11,8 +11,8 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timetile.online.layout import STREAM_RESET, STREAM_TABLE
-from timetile.online.lmdb_store import LmdbStore
+from timetile.store.layout import STREAM_RESET, STREAM_TABLE
+from timetile.store.lmdb_store import LmdbStore
 from timetile.streaming.file_source import FileSource
 from timetile.streaming.job import lateness_ms
 from timetile.streaming.redis_source import RedisStreamSource

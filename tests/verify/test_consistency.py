@@ -29,11 +29,11 @@ from pyspark.sql import types as T
 import timetile as tt
 from timetile.core.batch_record import DEFAULT_SLACK_MS
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
+from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
 from timetile.online.response_log import SCHEMA, ResponseLog
-from timetile.online.store import open_store
-from timetile.online.tiles import put_events
-from timetile.online.upload import upload
+from timetile.store.kv import open_store
+from timetile.store.tiles import put_events
 from timetile.testing import random_events, to_spark
 from timetile.verify.consistency import ConsistencyError, consistency
 from timetile.verify.report_html import histogram_svg, line_svg

@@ -27,16 +27,19 @@ from timetile.offline.arguments import (
     time_range,
 )
 from timetile.offline.derivations import apply_derivations, check_plan
-from timetile.offline.entity_executor import entity_features, entity_output_fields
+from timetile.offline.executors.entity import entity_features, entity_output_fields
+from timetile.offline.executors.interval_tree import (
+    BROADCAST_QUERY_LIMIT,
+    interval_tree_features,
+)
+from timetile.offline.executors.reference import reference_features
+from timetile.offline.executors.sweep.executor import sweep_features, sweepable, sweeps
+from timetile.offline.executors.tiled import partials_problem, tileable, tiled_features
 from timetile.offline.hot_keys import (
     KeySplit,
     find_hot_keys,
     part_reach,
     worth_tallying,
-)
-from timetile.offline.interval_tree_executor import (
-    BROADCAST_QUERY_LIMIT,
-    interval_tree_features,
 )
 from timetile.offline.options import AUTO, DEFAULT_EXECUTOR, DEFAULT_MAX_KEY_EVENTS
 from timetile.offline.plan import (
@@ -47,13 +50,10 @@ from timetile.offline.plan import (
     PartPlan,
     plan_backfill,
 )
-from timetile.offline.reference_executor import reference_features
 from timetile.offline.report import BadInputError, JobReport
-from timetile.offline.result_types import arrow_schema
 from timetile.offline.source_counts import count_sources
-from timetile.offline.sweep_executor import sweep_features, sweepable, sweeps
-from timetile.offline.tiled_executor import partials_problem, tileable, tiled_features
 from timetile.spark.entities import DAY
+from timetile.spark.result_types import arrow_schema
 from timetile.spark.sources import TIME, quote
 
 log = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from pyspark.sql import types as T
 
 from timetile.api.errors import DefinitionError, Problem, one_of
 from timetile.api.join import Join
-from timetile.offline.entity_executor import entity_output_fields
+from timetile.offline.executors.entity import entity_output_fields
+from timetile.offline.executors.reference import feature_fields
 from timetile.offline.plan import AnyPartPlan, BackfillPlan, EntityPartPlan
-from timetile.offline.reference_executor import feature_fields
 from timetile.spark.sources import quote
 
 #: PySpark logs every analysis error with its query context before raising it; the checks

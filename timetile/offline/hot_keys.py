@@ -1,7 +1,7 @@
 """Hot keys: find the keys too big for one sweep task, and cut them into chunks of time.
 
-The sweep (:mod:`timetile.offline.sweep_executor`) holds all the rows of a key in one task:
-its events and its queries (the left rows that ride the sweep). A key with more than
+The sweep (:mod:`timetile.offline.executors.sweep`) holds all the rows of a key in one
+task: its events and its queries (the left rows that ride the sweep). A key with more than
 ``max_key_events`` such rows is split instead: its time line is cut into
 chunks of ``length`` milliseconds; a query goes to the chunk of its time, and an event to
 its own chunk and to every later chunk whose queries can still see it (those within the

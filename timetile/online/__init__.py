@@ -1,10 +1,13 @@
-"""Online serving: key-value stores, batch upload, streaming tiles, the fetcher, HTTP (DESIGN §5).
+"""Online serving: the fetcher, the HTTP service and its response logs (DESIGN §5). No Spark.
 
-- :mod:`~timetile.online.store`: the store interface and :func:`~timetile.online.store.open_store`
-  (LMDB embedded by default, Redis for production);
-- :mod:`~timetile.online.upload`: the Spark job writing each key's batch record as of a day;
-- :mod:`~timetile.online.tiles`: the streaming-tile write path;
 - :mod:`~timetile.online.fetcher`: :class:`~timetile.online.fetcher.Fetcher`, a Join's
-  features for many keys at a time, equal to the backfill at that millisecond;
-- :mod:`~timetile.online.server`: the HTTP service, with response logs.
+  features for many keys at a time, read from a store (:mod:`timetile.store`) and equal to
+  the backfill at that millisecond;
+- :mod:`~timetile.online.server`: the HTTP service (FastAPI), with its request and response
+  models in :mod:`~timetile.online.server_models`;
+- :mod:`~timetile.online.response_log`: every response, logged as Parquet for the
+  consistency check (:mod:`timetile.verify`).
+
+The records it reads are written by the upload (:mod:`timetile.offline.upload`) and the
+streaming job (:mod:`timetile.streaming`), through the same store layout.
 """

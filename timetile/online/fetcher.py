@@ -8,7 +8,7 @@ the empty-window values: count 0, everything else null. A record that no longer 
 fetch time (the next upload is late) still answers, and the result says so in ``stale``.
 
 An entity source's part replays each key's rows as of the upload with the mutations streamed
-since (:mod:`timetile.online.entity_records`), as the backfill's entity executor does; a
+since (:mod:`timetile.store.entity_records`), as the backfill's entity executor does; a
 fetch before the record's day end gets the empty table's values and is stale.
 """
 
@@ -34,8 +34,9 @@ from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_
 from timetile.core.entity_state import EntityFeature
 from timetile.core.series_folds import SeriesFolds
 from timetile.core.windows import MAX_TIME, MIN_TIME
-from timetile.online.entity_records import EntityRecord, EntityServing, decode_mutations
-from timetile.online.layout import (
+from timetile.store.entity_records import EntityRecord, EntityServing, decode_mutations
+from timetile.store.kv import KVStore, Tile
+from timetile.store.layout import (
     META_TABLE,
     GroupByMeta,
     KeyValueError,
@@ -48,7 +49,6 @@ from timetile.online.layout import (
     served_definition,
     tile_table,
 )
-from timetile.online.store import KVStore, Tile
 
 #: Bytes of encoded records (and as many of tiles, and of the tiles kept per key with their
 #: events) whose decoded form a fetcher keeps: they never change until the next upload (a
@@ -230,9 +230,9 @@ class Fetcher:
         expect_argument("join", join, Join, "a tt.Join",
                         "serve a Join: tt.Join(name, left=..., parts=[group_by])")
         expect_argument("store", store, KVStore, "an open store",
-                        "open it first: timetile.online.store.open_store(uri)")
+                        "open it first: timetile.store.kv.open_store(uri)")
         self.join = join
-        #: What this Fetcher serves (:func:`~timetile.online.layout.served_definition`),
+        #: What this Fetcher serves (:func:`~timetile.store.layout.served_definition`),
         #: in each of its results (:attr:`FetchResult.definition`).
         self.definition = served_definition(join)
         self.store = store

@@ -37,7 +37,7 @@ features        string              the features, a JSON object encoded as the H
 stale           list<string>        the GroupBys whose batch record was late
 definition      string              what served the row: its result's
                                     :attr:`~timetile.online.fetcher.FetchResult.definition`
-                                    (:func:`~timetile.online.layout.served_definition`),
+                                    (:func:`~timetile.store.layout.served_definition`),
                                     null for a result no Fetcher made, and in files
                                     of earlier builds
 ==============  ==================  ================================================

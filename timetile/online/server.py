@@ -46,7 +46,6 @@ from timetile.api.join import Join
 from timetile.core.timeutil import DAY_MS
 from timetile.online.fetcher import Fetcher, NotUploadedError
 from timetile.online.jsonable import to_json_value
-from timetile.online.layout import META_TABLE, GroupByMeta
 from timetile.online.response_log import ResponseLog
 from timetile.online.server_models import (
     EXAMPLE_AT,
@@ -58,7 +57,8 @@ from timetile.online.server_models import (
     JoinHealth,
     LogHealth,
 )
-from timetile.online.store import KVStore, StoreUnavailable, open_store
+from timetile.store.kv import KVStore, StoreUnavailable, open_store
+from timetile.store.layout import META_TABLE, GroupByMeta
 
 #: The fix of a Join that has no upload.
 UPLOAD_FIX = ("run timetile upload DEFS.py --ds YYYY-MM-DD --store STORE for this Join, then "
@@ -246,7 +246,7 @@ def create_app(joins: Mapping[str, Join], store: KVStore | str, *, log_dir: str 
     Args:
         joins: the Joins to serve, by the name in the URL (normally each Join's own name).
         store: an open store (the caller closes it), or a URI for
-            :func:`~timetile.online.store.open_store` (the app closes it at shutdown).
+            :func:`~timetile.store.kv.open_store` (the app closes it at shutdown).
         log_dir: when given, every response is logged there
             (:class:`~timetile.online.response_log.ResponseLog`); flushed at shutdown.
         refresh_seconds: how often each fetcher re-reads the upload metadata.

@@ -215,7 +215,7 @@ def check_session(spark: object) -> None:
     if kind.__name__ == "SparkSession" and kind.__module__.startswith("pyspark.sql"):
         return
     expect_argument("spark", spark, SparkSession, "a SparkSession",
-                    "pass your session, or timetile.offline.session.local_session()")
+                    "pass your session, or timetile.spark.session.local_session()")
 
 
 def check_time_column(spark: SparkSession, frame: DataFrame, column: str | None,

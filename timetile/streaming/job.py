@@ -2,12 +2,12 @@
 
 Events arrive from a stream source (:mod:`timetile.streaming.sources`); for a GroupBy of an
 entity source, the stream is its change log (CDC): mutation rows shaped like its
-mutation table, written as mutation tiles (:mod:`timetile.online.entity_records`) and
+mutation table, written as mutation tiles (:mod:`timetile.store.entity_records`) and
 counted by their mutation time exactly as events by theirs. Each micro-batch
 goes through the source's ``where`` and ``select`` and the time parsing of the batch side
 (:mod:`timetile.spark.sources`), so stream and backfill see the same rows; then it is
 repartitioned by the GroupBy's keys, so each (key, tile) belongs to one task, and **the
-executors** write it with :class:`~timetile.online.tiles.TileWriter` (the aggregators'
+executors** write it with :class:`~timetile.store.tiles.TileWriter` (the aggregators'
 own encoding, DESIGN §5-6), under the micro-batch id as the tile member. Only one row of
 counts per task comes back to the driver.
 
@@ -53,10 +53,6 @@ from timetile.api.schema import group_by_problems
 from timetile.api.sources import EntitySource, EventSource
 from timetile.core.timeutil import ms_to_iso, parse_duration
 from timetile.core.windows import MAX_TIME
-from timetile.online.entity_records import ROW_TIME, MutationWriter
-from timetile.online.layout import GroupByMeta, feature_signature
-from timetile.online.store import KVStore, absolute_uri, open_store, redacted_uri
-from timetile.online.tiles import StreamWriter, TileWriter, read_meta
 from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
 from timetile.spark.sorted_groups import sorted_by_groups, whole_groups
 from timetile.spark.sources import (
@@ -68,6 +64,10 @@ from timetile.spark.sources import (
     read_table,
     time_millis,
 )
+from timetile.store.entity_records import ROW_TIME, MutationWriter
+from timetile.store.kv import KVStore, absolute_uri, open_store, redacted_uri
+from timetile.store.layout import GroupByMeta, feature_signature
+from timetile.store.tiles import StreamWriter, TileWriter, read_meta
 from timetile.streaming.file_source import CORRUPT
 from timetile.streaming.sources import StreamSource, parse_source
 from timetile.streaming.state import (
@@ -133,7 +133,7 @@ class BatchReport:
 class _PartitionWriter:
     """Per task: write this partition's keys' tiles; yield one row of counts.
 
-    Picklable: a store URI, a :class:`~timetile.online.tiles.StreamWriter`, the member and
+    Picklable: a store URI, a :class:`~timetile.store.tiles.StreamWriter`, the member and
     the watermark.
     """
 
@@ -454,7 +454,7 @@ def stream_group_by(
         source: a stream source, or its URI (see
             :func:`~timetile.streaming.sources.parse_source`): ``dir:PATH?format=json`` or
             ``redis://host:port/db?stream=KEY``.
-        store_uri: the store (see :func:`~timetile.online.store.open_store`); the executors
+        store_uri: the store (see :func:`~timetile.store.kv.open_store`); the executors
             open it too, so on a cluster it must be reachable from them (Redis).
         checkpoint: Spark's checkpoint directory. Restart with the same one to carry on; one
             checkpoint owns a GroupBy's tiles in a store (a second one is refused).

@@ -244,7 +244,7 @@ class RedisStreamSource:
     start_id: str = _START
 
     def __post_init__(self) -> None:
-        from timetile.online.redis_store import check_redis_url  # noqa: PLC0415  (lazy redis)
+        from timetile.store.redis_store import check_redis_url  # noqa: PLC0415  (lazy redis)
 
         check_redis_url(self.url)
         if self.layout not in LAYOUTS:

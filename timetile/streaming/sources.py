@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from timetile.online.store import redacted_uri
+from timetile.store.kv import redacted_uri
 from timetile.streaming.file_source import FileSource
 
 if TYPE_CHECKING:  # imported when used: it needs PySpark 4.2's Python streaming read limits

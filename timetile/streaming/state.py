@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from timetile.core.aggregators.codec import decode_versioned, encode, older_version
-from timetile.online.layout import STREAM_RESET, STREAM_TABLE
-from timetile.online.store import KVStore
+from timetile.store.kv import KVStore
+from timetile.store.layout import STREAM_RESET, STREAM_TABLE
 
 _VERSION = 2
 #: Records of version 1 lack the lateness: the next batch takes the current one.

@@ -1,9 +1,9 @@
 """One key's upload written by hand, without Spark: for Spark-free fetcher tests and benchmarks.
 
-``timetile.online.upload.upload`` runs a Spark job that writes, per GroupBy, its metadata
+``timetile.offline.upload.upload`` runs a Spark job that writes, per GroupBy, its metadata
 and one batch record per key. :func:`upload_key` writes the same two things for one key
 from arrays, so a test or benchmark can build a hot key's record (and stream tiles after it
-with :func:`timetile.online.tiles.put_events`) in milliseconds.
+with :func:`timetile.store.tiles.put_events`) in milliseconds.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 
 from timetile.api.group_by import GroupBy
 from timetile.core.batch_record import DEFAULT_SLACK_MS, Series, build_record
-from timetile.online.layout import (
+from timetile.store.kv import KVStore
+from timetile.store.layout import (
     META_TABLE,
     GroupByMeta,
     batch_table,
@@ -21,7 +22,6 @@ from timetile.online.layout import (
     feature_signature,
     online_features,
 )
-from timetile.online.store import KVStore
 
 
 def upload_key(store: KVStore, group_by: GroupBy, day_end: int, columns: Mapping[str, Series],

@@ -29,7 +29,7 @@ as the Join's key columns, or when its features lack one of the Join's features:
 logs every feature of its definition, nulls included, so such a row was served by another
 definition (one changed while the logs were written), and none of its features is compared;
 or when its ``definition`` gives one of the Join's parts another digest, or none
-(:func:`~timetile.online.layout.part_signatures`: changed with the same feature names, a
+(:func:`~timetile.store.layout.part_signatures`: changed with the same feature names, a
 ``where`` added). Logs where no row is left, where no row holds some feature of the Join,
 or where every row names another definition, are a :class:`ConsistencyError`, never
 "served null" mismatches; so is an empty local log file.
@@ -56,11 +56,11 @@ from pyspark.sql import functions as F
 from timetile.api.errors import expect_argument
 from timetile.api.join import Join, JoinPart
 from timetile.api.sources import EventSource
+from timetile.cli.progress import JobProgress
 from timetile.core.aggregators.sketches import KLL_RANK_ERROR
 from timetile.core.locations import write_problem
 from timetile.core.timeutil import HOUR_MS
 from timetile.offline.backfill import backfill
-from timetile.progress import JobProgress
 from timetile.spark.sources import check_session
 from timetile.testing import percentile_rank_bounds
 from timetile.verify.compare import COMPARED_SCHEMA, Comparer, FeatureSpec
@@ -154,7 +154,7 @@ def _check_arguments(join: object, spark: object, logs_dir: object, output: obje
     expect_argument("output", output, (str, os.PathLike, type(None)), "a folder or None",
                     folder)
     expect_argument("progress", progress, (JobProgress, type(None)), "a JobProgress or None",
-                    "pass timetile.progress.JobProgress(...) or leave it out")
+                    "pass timetile.cli.progress.JobProgress(...) or leave it out")
 
 
 # --- recomputing and comparing --------------------------------------------------------------

@@ -29,9 +29,9 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
 from timetile.core.locations import local_path
-from timetile.online.layout import part_signatures
 from timetile.online.response_log import SCHEMA
 from timetile.spark.sources import literal_path, load
+from timetile.store.layout import part_signatures
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def read_logs(spark: SparkSession, path: str, join: Join) -> tuple[DataFrame, in
     features that other rows hold: the Fetcher logs every feature of its definition, nulls
     included, so such a row was served by another definition of the Join (one changed
     while it logged), and none of its values is compared; or when its ``definition`` gives
-    one of ``join``'s parts another digest than :func:`~timetile.online.layout.part_signatures`,
+    one of ``join``'s parts another digest than :func:`~timetile.store.layout.part_signatures`,
     or none (a part changed without changing names: a ``where`` added). Parts the row's
     Join had beyond ``join``'s do not matter, as extra features do not. A row without
     ``definition`` (a file of an earlier build, a result no Fetcher made) is told apart by

@@ -16,17 +16,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from timetile.api.errors import DefinitionError
+from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
+from timetile.cli.progress import JobProgress
 from timetile.core.locations import write_problem
 from timetile.offline.report import BadInputError
-from timetile.online.store import StoreUnavailable
-from timetile.progress import JobProgress
+from timetile.store.kv import KVStore, StoreUnavailable, local_store_path, open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -176,7 +177,7 @@ def spark_session(progress: JobProgress) -> Iterator[SparkSession]:
     """Use the active session (spark-submit, notebook, tests), or a local one stopped at the end."""
     from pyspark.sql import SparkSession  # noqa: PLC0415  (only the Spark commands load it)
 
-    from timetile.offline.session import local_session  # noqa: PLC0415
+    from timetile.spark.session import local_session  # noqa: PLC0415
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -194,3 +195,46 @@ def spark_session(progress: JobProgress) -> Iterator[SparkSession]:
     finally:
         progress.detach()
         spark.stop()
+
+
+#: The ``--debug`` option every command takes.
+Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of errors.")]
+
+#: The definitions file argument.
+Defs = Annotated[Path, typer.Argument(help="Python file that defines the tt.Join(s).",
+                                      show_default=False)]
+
+#: The ``--store`` option.
+Store = Annotated[str, typer.Option(
+    help="The store: lmdb:PATH, lmdb:///abs/path, a directory, or redis://host:port/db.",
+    show_default=False)]
+
+
+def open_store_option(uri: str, *, existing: bool = True) -> KVStore:
+    """Open the store of ``--store``; a URI of no known store is a :class:`CliError`.
+
+    Unless ``existing`` is False (``upload`` creates the store), an embedded store's
+    directory must exist: opening would create an empty store at a mistyped path.
+    """
+    try:
+        path = local_store_path(uri)
+        if existing and path is not None and not (Path(path) / "data.mdb").is_file():
+            raise CliError(f"--store {uri}: there is no store at {path} (no data.mdb). Fix: "
+                           "check the path, or run timetile upload first, which creates it.")
+        return open_store(uri)
+    except ValueError as error:
+        raise CliError(f"--store: {error}.") from None
+
+
+def group_bys_of(path: Path, joins: list[Join]) -> list[tuple[str, GroupBy]]:
+    """Return each GroupBy of ``joins`` once, with the field that names it."""
+    seen: dict[str, tuple[str, GroupBy]] = {}
+    for join in joins:
+        for index, part in enumerate(join.join_parts):
+            first = seen.setdefault(part.group_by.name, (f"parts[{index}].group_by",
+                                                         part.group_by))
+            if first[1] is not part.group_by:
+                raise CliError(f"{path} defines two different GroupBys named "
+                               f"{part.group_by.name!r}. Fix: give each GroupBy its own name.")
+    return list(seen.values())
+

@@ -44,13 +44,13 @@ from timetile.api.windows import Window
 from timetile.core.kernels.sweep import window_runs
 from timetile.core.types import ValueType
 from timetile.core.windows import MAX_TIME, MIN_TIME
-from timetile.offline.plan import Feature, query_bounds
-from timetile.offline.sweep_columns import (
+from timetile.offline.executors.sweep.columns import (
     SweptColumn,
     dictionary_ranks,
     feature_result,
     list_offsets,
 )
+from timetile.offline.plan import Feature, query_bounds
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ class BucketedColumn:
     Events without a value or a bucket are left out. The copies of the queries are those
     that the widest of ``windows`` needs (per query, the earliest start and the latest end
     of its windows), shared by every window: a narrower window's copies that see nothing
-    give no entry. One :class:`~timetile.offline.sweep_columns.SweptColumn` sweeps them
+    give no entry. One :class:`~timetile.offline.executors.sweep.columns.SweptColumn` sweeps them
     all, so its caches (runs, sums, moments, value ranks) serve every feature over this
     column and bucket. Building costs what :func:`bucket_layout` costs; each feature
     then costs its op's kernels over the copies, plus O(c log c) once per window to

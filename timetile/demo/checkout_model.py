@@ -7,7 +7,7 @@ events strictly before the checkout.
 Generate the data and backfill it:
 
     timetile demo                                   # writes timetile-demo/data, then runs this
-    timetile backfill examples/checkout_model.py --start 2024-02-01 --end 2024-02-29 \\
+    timetile backfill timetile/demo/checkout_model.py --start 2024-02-01 --end 2024-02-29 \\
         --output timetile-demo/output/checkout_model --show 5
 
 The tables are read from $TIMETILE_DEMO_DATA (default: timetile-demo/data, relative to the

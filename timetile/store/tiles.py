@@ -2,10 +2,10 @@
 
 The streaming job (:mod:`timetile.streaming.job`) writes each micro-batch through a
 :class:`StreamWriter`: a :class:`TileWriter` for events, a
-:class:`~timetile.online.entity_records.MutationWriter` for an entity source's mutations.
+:class:`~timetile.store.entity_records.MutationWriter` for an entity source's mutations.
 Users with their own stream processor, and tests, call :func:`put_events` (or
 ``put_mutations``). Rows are grouped by (entity key, tile of
-:data:`~timetile.online.layout.TILE_MS`) and each group is written under the batch's id, so
+:data:`~timetile.store.layout.TILE_MS`) and each group is written under the batch's id, so
 writing the same batch again replaces its entries: a replayed micro-batch never double
 counts. Rows older than the upload's day end are already in the batch records (or, if they
 arrived late, the next upload adds them): they are counted and not written.
@@ -26,7 +26,8 @@ from timetile.api.group_by import GroupBy
 from timetile.api.sources import EventSource
 from timetile.core.batch_record import split_series
 from timetile.core.time_text import TimeTextError, text_millis
-from timetile.online.layout import (
+from timetile.store.kv import KVStore
+from timetile.store.layout import (
     META_TABLE,
     TILE_MS,
     GroupByMeta,
@@ -36,7 +37,6 @@ from timetile.online.layout import (
     series_rows,
     tile_table,
 )
-from timetile.online.store import KVStore
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def arrow_coarse_type(data_type: pa.DataType) -> str:
 class StreamWriter(ABC):
     """Writes one GroupBy's streamed rows as tiles of the store, as of one upload.
 
-    :class:`TileWriter` writes events, :class:`~timetile.online.entity_records.MutationWriter`
+    :class:`TileWriter` writes events, :class:`~timetile.store.entity_records.MutationWriter`
     an entity source's mutations; both place each row by (key, tile of its time) and write
     one entry per (key, tile, batch). Built on the driver; holds only names, the upload's
     metadata and what its encoding needs, never the definition (whose source may be a
@@ -281,7 +281,7 @@ class TileWriter(StreamWriter):
 
     Raises:
         DefinitionError: ``group_by`` aggregates an entity source (its stream is of
-            mutations: :class:`~timetile.online.entity_records.MutationWriter`).
+            mutations: :class:`~timetile.store.entity_records.MutationWriter`).
 
     """
 

@@ -6,7 +6,7 @@ any window can still reach are shuffled by key, and each key's record
 ``multi_put``: nothing but two counts comes back to the driver. The driver then writes the
 GroupBy's metadata, which fetchers read, and expires the streamed tiles from before the
 previous upload's day end and the end of the day before ``ds``, whichever is earlier
-(:meth:`~timetile.online.store.KVStore.expire_tiles`): the records hold their events, and a
+(:meth:`~timetile.store.kv.KVStore.expire_tiles`): the records hold their events, and a
 fetcher one upload behind still finds its tiles. Re-running for the same ``ds`` rewrites the
 same records: an upload never double counts. Each upload stamps its records with a
 generation above every earlier upload's, so once it is served the records of keys it found
@@ -14,7 +14,7 @@ no row of (left by an earlier upload, of this day or another) read as empty. A `
 than the stored upload is refused (its records would need expired tiles).
 
 For an entity source the record of a key is its rows in the snapshot partition of ``ds``
-(:mod:`timetile.online.entity_records`); the mutations after it come from the stream.
+(:mod:`timetile.store.entity_records`); the mutations after it come from the stream.
 
 This is the one place the online package runs Spark: it reads sources exactly as the
 backfill does (``timetile.spark.sources`` and ``timetile.spark.entities``), so both
@@ -51,8 +51,12 @@ from timetile.core.batch_record import (
 )
 from timetile.core.timeutil import DAY_MS, date_to_ms, format_duration, ms_to_iso
 from timetile.core.windows import MAX_TIME, WindowKind
-from timetile.online.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
-from timetile.online.layout import (
+from timetile.spark.entities import DAY, load_entity
+from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
+from timetile.spark.sources import TIME, check_session, coarse_schema, load_events
+from timetile.store.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
+from timetile.store.kv import absolute_uri, open_store
+from timetile.store.layout import (
     META_TABLE,
     STREAM_RESET,
     STREAM_TABLE,
@@ -65,16 +69,12 @@ from timetile.online.layout import (
     table_series,
     tile_table,
 )
-from timetile.online.store import absolute_uri, open_store
-from timetile.spark.entities import DAY, load_entity
-from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
-from timetile.spark.sources import TIME, check_session, coarse_schema, load_events
 
 log = logging.getLogger(__name__)
 #: The coarse types an online key column may have (see ``layout.encode_key``).
 KEY_TYPES = ("int", "string", "bool", "float")
 #: The longest GroupBy name online: its tables, ``tt_batch.NAME`` and ``tt_tiles.NAME``, are
-#: at most 200 characters (``timetile.online.store.check_table``).
+#: at most 200 characters (``timetile.store.kv.check_table``).
 MAX_NAME = 191
 #: Records per ``multi_put`` from an executor.
 PUT_BATCH = 500
@@ -166,7 +166,7 @@ class _EventRecords(_RecordWriter):
 
 
 class _EntityRecords(_RecordWriter):
-    """Entity records (:mod:`timetile.online.entity_records`): each key's snapshot rows."""
+    """Entity records (:mod:`timetile.store.entity_records`): each key's snapshot rows."""
 
     def record(self, group: pa.Table) -> bytes:
         """Gather the key's row images and times."""
@@ -236,7 +236,7 @@ def upload_group_by(group_by: GroupBy, spark: SparkSession, ds: str, store_uri: 
     """Upload one GroupBy's records as of the end of ``ds``.
 
     For an event source, each key's batch record; for an entity source, each key's rows in
-    the snapshot partition of ``ds`` (:mod:`timetile.online.entity_records`).
+    the snapshot partition of ``ds`` (:mod:`timetile.store.entity_records`).
 
     Returns (keys written, bytes written, source rows left out because a key, or an event's
     time, is null: counted with one more scan, and logged).
@@ -381,7 +381,7 @@ def _next_generation(store_uri: str, name: str, stored: GroupByMeta | None) -> i
     Above the served upload's and every upload started before, finished or not
     (:data:`UPLOAD_TABLE`), so the records of keys this upload does not rewrite, a day
     uploaded again included, read as empty once it is served. Taken atomically
-    (:meth:`~timetile.online.store.KVStore.update`): uploads run side by side never share
+    (:meth:`~timetile.store.kv.KVStore.update`): uploads run side by side never share
     one. O(1).
     """
     served = 0 if stored is None else stored.generation
@@ -447,7 +447,7 @@ def upload(target: Join | GroupBy, spark: SparkSession, ds: str, store_uri: str,
         target: a Join (each of its GroupBys once) or one GroupBy.
         spark: the session; the records are built and written by its executors.
         ds: the day, ``YYYY-MM-DD`` (UTC): records hold the events before its end.
-        store_uri: where to write (see :func:`timetile.online.store.open_store`); the
+        store_uri: where to write (see :func:`timetile.store.kv.open_store`); the
             executors open it too, so on a cluster it must be reachable from them (Redis).
         slack_ms: how long after the end of ``ds`` the records answer exactly.
 

@@ -6,7 +6,7 @@ each checkout's millisecond (TEMPORAL), or as of the end of the day before (SNAP
 needs no mutations and no stream).
 
     timetile demo                                   # writes timetile-demo/data
-    timetile backfill examples/listing_ratings.py --start 2024-02-01 --end 2024-02-29 \\
+    timetile backfill timetile/demo/listing_ratings.py --start 2024-02-01 --end 2024-02-29 \\
         --output timetile-demo/output/listing_ratings --show 5
 
 The tables are read from $TIMETILE_DEMO_DATA (default: timetile-demo/data).

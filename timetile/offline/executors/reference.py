@@ -23,7 +23,7 @@ from timetile.core.aggregators import Aggregator, Bucketed, bucketed_values, mak
 from timetile.core.reference import aggregate_windows
 from timetile.core.types import ValueType
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
-from timetile.offline.result_types import arrow_column, arrow_schema, spark_type
+from timetile.spark.result_types import arrow_column, arrow_schema, spark_type
 from timetile.spark.sources import TIME
 
 

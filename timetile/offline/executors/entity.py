@@ -30,10 +30,10 @@ from pyspark.sql import types as T
 from timetile.api.windows import window_spec
 from timetile.core.entity_state import EntityFeature, EntityReplay
 from timetile.core.timeutil import DAY_MS
+from timetile.offline.executors.reference import build_aggregator, feature_fields
 from timetile.offline.plan import EntityPartPlan, ExecutorOptions
-from timetile.offline.reference_executor import build_aggregator, feature_fields
-from timetile.offline.result_types import arrow_column, arrow_schema
 from timetile.spark.entities import DAY, IS_BEFORE, MUTATION_TIME
+from timetile.spark.result_types import arrow_column, arrow_schema
 from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME
 

@@ -50,7 +50,7 @@ from typing import Any
 
 import lmdb
 
-from timetile.online.store import KVStore, StoreUnavailable, Tile, check_table
+from timetile.store.kv import KVStore, StoreUnavailable, Tile, check_table
 
 #: Default map size: 64 GiB of address space, no disk until used.
 DEFAULT_MAP_SIZE = 64 << 30
@@ -244,7 +244,7 @@ def _release(shared: _Env) -> None:
 
 
 class LmdbStore(KVStore):
-    """A :class:`~timetile.online.store.KVStore` in an LMDB directory: embedded, no server.
+    """A :class:`~timetile.store.kv.KVStore` in an LMDB directory: embedded, no server.
 
     Args:
         path: the directory (created when missing, unless ``readonly``).

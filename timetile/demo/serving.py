@@ -25,9 +25,9 @@ from timetile.api.join import Join
 from timetile.api.sources import EventSource
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.offline.backfill import backfill
+from timetile.offline.upload import UploadReport, upload
 from timetile.online.fetcher import Fetcher, FetchResult
-from timetile.online.store import open_store
-from timetile.online.upload import UploadReport, upload
+from timetile.store.kv import open_store
 from timetile.streaming.file_source import FileSource, land_json_lines
 from timetile.streaming.job import stream_group_by
 from timetile.streaming.state import StreamCounts

@@ -8,7 +8,7 @@ table ``tt_upload``       key ``g``: the generation of the last upload started, 
                           encoded int, taken by :meth:`KVStore.update` (:data:`UPLOAD_TABLE`)
 table ``tt_batch.g``      key: the entity key (:func:`encode_key`); value: its batch
                           record (:mod:`timetile.core.batch_record`), or for an entity
-                          source the key's rows (:mod:`timetile.online.entity_records`)
+                          source the key's rows (:mod:`timetile.store.entity_records`)
 tiles ``tt_tiles.g``      per entity key, per tile start (:data:`TILE_MS`), per writer
                           batch: that batch's events of that tile (:func:`encode_events`),
                           or for an entity source its mutations

@@ -42,10 +42,10 @@ from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_states
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.core.windows import MAX_TIME, MIN_TIME, WindowKind
-from timetile.offline.partial_store import EPOCH_DAY, PartialStore, day_label
+from timetile.offline.executors.partial_store import EPOCH_DAY, PartialStore, day_label
+from timetile.offline.executors.reference import build_aggregator, feature_values, output_schema
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
-from timetile.offline.reference_executor import build_aggregator, feature_values, output_schema
-from timetile.offline.result_types import arrow_schema, arrow_value
+from timetile.spark.result_types import arrow_schema, arrow_value
 from timetile.spark.sorted_groups import Rows, map_groups, sorted_by_groups
 from timetile.spark.sources import TIME, epoch_day, table_identity
 

@@ -2,7 +2,7 @@
 
 An entity source's feature at ``a`` aggregates the table's rows at ``a`` (DESIGN §2): the
 snapshot of the day before plus that day's mutations before ``a``. Online, for an entity
-GroupBy ``g`` the store holds, in the tables of :mod:`timetile.online.layout`:
+GroupBy ``g`` the store holds, in the tables of :mod:`timetile.store.layout`:
 
 - ``tt_batch.g``: per key, its *entity record* (:class:`EntityRecord`): the upload's day
   end and the key's rows in the snapshot partition of that day, each a row image with its
@@ -54,9 +54,9 @@ from timetile.core.aggregators.codec import (
 )
 from timetile.core.batch_record import answers_for, split_series
 from timetile.core.entity_state import EntityFeature, EntityReplay, Image
-from timetile.online.layout import GroupByMeta, online_features
-from timetile.online.store import KVStore
-from timetile.online.tiles import (
+from timetile.store.kv import KVStore
+from timetile.store.layout import GroupByMeta, online_features
+from timetile.store.tiles import (
     Placement,
     StreamWriter,
     TileWriteReport,
@@ -86,7 +86,7 @@ class EntityRecord:
     Attributes:
         day_end: the upload's as-of time, epoch ms.
         rows: the key's rows in the snapshot of the upload's day.
-        generation: the upload's generation (:class:`~timetile.online.layout.GroupByMeta`).
+        generation: the upload's generation (:class:`~timetile.store.layout.GroupByMeta`).
         signature: the upload's definition signature.
 
     """
@@ -263,7 +263,7 @@ class MutationWriter(StreamWriter):
 
     Args:
         group_by: the definition, of an entity source.
-        meta: the upload's metadata (:func:`~timetile.online.tiles.read_meta`): its day end
+        meta: the upload's metadata (:func:`~timetile.store.tiles.read_meta`): its day end
             and row columns.
         mutation_time_column: when each change happened (epoch ms, a timestamp or an
             ISO-8601 string); the source's by default.
@@ -352,7 +352,7 @@ def put_mutations(store: KVStore, group_by: GroupBy, mutations: pa.Table,
     """Write one batch of an entity GroupBy's mutations as streaming tiles.
 
     Reads the upload's metadata, then :meth:`MutationWriter.write` (see
-    :meth:`~timetile.online.tiles.StreamWriter.write` for the promises).
+    :meth:`~timetile.store.tiles.StreamWriter.write` for the promises).
 
     Args:
         store: the store ``upload`` wrote to (its metadata gives the row columns).

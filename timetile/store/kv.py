@@ -11,8 +11,8 @@ Two kinds of data live in a store, both as bytes in named tables:
   never double counts. Tiles older than the batch records need are deleted with
   :meth:`KVStore.expire_tiles` (``upload`` does it).
 
-Implementations: :class:`timetile.online.lmdb_store.LmdbStore` (embedded, the default) and
-:class:`timetile.online.redis_store.RedisStore`. :func:`open_store` picks one from a URI.
+Implementations: :class:`timetile.store.lmdb_store.LmdbStore` (embedded, the default) and
+:class:`timetile.store.redis_store.RedisStore`. :func:`open_store` picks one from a URI.
 """
 
 from __future__ import annotations
@@ -111,10 +111,10 @@ def open_store(uri: str | os.PathLike[str]) -> KVStore:
 
     - ``lmdb:///abs/path``, ``lmdb:relative/path`` or a bare filesystem path (a ``str`` or
       a path-like object): an
-      :class:`~timetile.online.lmdb_store.LmdbStore` on that directory. The ``lmdb:`` forms
+      :class:`~timetile.store.lmdb_store.LmdbStore` on that directory. The ``lmdb:`` forms
       take options as a query: ``?readonly=1``, ``?sync=0``, ``?map_size=BYTES``;
     - ``redis://[[user]:password@]host:port/db``, ``rediss://...`` (TLS) and
-      ``unix:///path/to/socket?db=N``: a :class:`~timetile.online.redis_store.RedisStore`.
+      ``unix:///path/to/socket?db=N``: a :class:`~timetile.store.redis_store.RedisStore`.
 
     The backends are imported only when asked for.
 
@@ -135,12 +135,12 @@ def open_store(uri: str | os.PathLike[str]) -> KVStore:
                     "give a str such as 'lmdb:/data/store' or 'redis://host:6379/0'")
     store: KVStore
     if uri.startswith(("redis://", "rediss://", "unix://")):
-        from timetile.online.redis_store import RedisStore  # noqa: PLC0415  (lazy backend)
+        from timetile.store.redis_store import RedisStore  # noqa: PLC0415  (lazy backend)
 
         store = RedisStore(uri)
     else:
         path, options = _lmdb_location(uri)
-        from timetile.online.lmdb_store import LmdbStore  # noqa: PLC0415  (lazy backend)
+        from timetile.store.lmdb_store import LmdbStore  # noqa: PLC0415  (lazy backend)
 
         store = LmdbStore(path, **options)
     try:

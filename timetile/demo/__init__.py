@@ -15,7 +15,7 @@ DEFAULT_DATA_DIR = "timetile-demo/data"
 
 
 def example_path(name: str = "checkout_model") -> Path:
-    """Return a definitions file of the demo: ``timetile/examples/{name}.py``.
+    """Return a definitions file of the demo: ``timetile/demo/{name}.py``.
 
     They ship inside the package, so the demo runs from a clone and from an installed wheel.
     """

@@ -1,7 +1,7 @@
 """A realistic marketplace dataset for the demo, generated in Spark so it scales.
 
 Seven tables, written as Parquet under a data directory (``timetile-demo/data`` by default,
-or ``$TIMETILE_DEMO_DATA``), the inputs of ``examples/checkout_model.py``:
+or ``$TIMETILE_DEMO_DATA``), the inputs of ``timetile/demo/checkout_model.py``:
 
 ========== ==================================================================================
 users      ``user_id``, ``country``, ``signup_ts``
@@ -11,7 +11,7 @@ purchases  ``user_id``, ``listing_id``, ``seller_id``, ``ts``, ``quantity``, ``a
 checkouts  ``checkout_id``, ``user_id``, ``listing_id``, ``seller_id``, ``ts``: the left side,
            with ~1% exact duplicate rows and two rows whose ``ts`` is null
 ratings_*  an entity source: daily snapshots and mutations of listing ratings
-           (:mod:`timetile.demo_ratings`), the input of ``examples/listing_ratings.py``
+           (:mod:`timetile.demo.ratings`), the input of ``timetile/demo/listing_ratings.py``
 ========== ==================================================================================
 
 Every row is computed by executors from ``spark.range`` with seeded ``rand``: the driver
@@ -30,7 +30,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from timetile.demo_ratings import rating_tables
+from timetile.demo.ratings import rating_tables
 
 #: The first day of events, and how many days they span.
 START = "2024-01-01"

@@ -30,7 +30,7 @@ Scores are doubles, exact for tile starts up to 2**53 ms (285,000 years); past t
 range bounds are widened by the rounding and the exact filter runs on the client.
 
 Errors: a refused connection, a timeout (2 s by default), a server still loading or one
-without the URL's database raise :class:`~timetile.online.store.StoreUnavailable` naming
+without the URL's database raise :class:`~timetile.store.kv.StoreUnavailable` naming
 the URL (password hidden) and the fix; a URL redis-py would misread (a database path that
 is no number, an option its connection does not take) raises ValueError before any
 connection (:func:`check_redis_url`). The parser is hiredis when it is installed (redis-py
@@ -49,7 +49,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from timetile.online.store import KVStore, StoreUnavailable, Tile, check_table, redacted_uri
+from timetile.store.kv import KVStore, StoreUnavailable, Tile, check_table, redacted_uri
 
 _SIGN = 1 << 63
 #: Tile starts up to this magnitude are exact as Redis scores (doubles).
@@ -129,11 +129,11 @@ def check_redis_url(url: str) -> None:
 
 
 class RedisStore(KVStore):
-    """A :class:`~timetile.online.store.KVStore` on a Redis server.
+    """A :class:`~timetile.store.kv.KVStore` on a Redis server.
 
     Construction does not connect: the first call does (use :meth:`ping` to check).
     Thread-safe: calls share a pool of connections. A dropped connection is retried twice
-    with a short backoff before :class:`~timetile.online.store.StoreUnavailable`.
+    with a short backoff before :class:`~timetile.store.kv.StoreUnavailable`.
 
     Args:
         url: ``redis://[[user]:password@]host:port/db``, ``rediss://...`` (TLS) or
@@ -344,7 +344,7 @@ class RedisStore(KVStore):
         return sum(map(len, found))
 
     def ping(self) -> None:
-        """Raise :class:`~timetile.online.store.StoreUnavailable` unless the server answers."""
+        """Raise :class:`~timetile.store.kv.StoreUnavailable` unless the server answers."""
         with self._guard() as client:
             try:
                 client.ping()

@@ -10,12 +10,11 @@ picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a typ
 (``count``, ``first``, ``last``, ``first_k`` and ``last_k`` of any column; ``sum``, ``avg``,
 ``min``, ``max``, ``variance``, ``stddev``, ``skew`` and ``kurtosis`` of a number;
 ``unique_count``, ``histogram``, ``top_k`` and ``bottom_k`` of any column), bucketed or
-not (:mod:`timetile.offline.sweep_buckets`); ``executor="tiled"`` forces the skew-bounded
+not (:mod:`timetile.offline.executors.sweep.buckets`); ``executor="tiled"`` forces the skew-bounded
 path.
 
 This module is the Spark side; the arithmetic on each table of whole keys is in
-:mod:`timetile.offline.sweep_columns` (and :mod:`timetile.offline.sweep_buckets` for
-bucketed features). Columns of the queries beyond keys and time ride through unchanged, so
+:mod:`.columns` (and :mod:`.buckets` for bucketed features). Columns of the queries beyond keys and time ride through unchanged, so
 a backfill can send its left rows, duplicates included, straight through the sweep: no
 distinct, no join back.
 """
@@ -36,18 +35,18 @@ from timetile.api.group_by import IDENTIFIER, RESERVED_PREFIX
 from timetile.api.windows import Window
 from timetile.core.kernels.sweep import time_order
 from timetile.core.types import ValueType
-from timetile.offline.hot_keys import CHUNK, with_chunks
-from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
-from timetile.offline.reference_executor import feature_fields
-from timetile.offline.result_types import arrow_schema
-from timetile.offline.sweep_buckets import BucketedColumn
-from timetile.offline.sweep_columns import (
+from timetile.offline.executors.reference import feature_fields
+from timetile.offline.executors.sweep.buckets import BucketedColumn
+from timetile.offline.executors.sweep.columns import (
     EVENT_ORDER_OPS,
     VALUE_RANK_OPS,
     SweptColumn,
     feature_result,
     group_offsets,
 )
+from timetile.offline.hot_keys import CHUNK, with_chunks
+from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
+from timetile.spark.result_types import arrow_schema
 from timetile.spark.sorted_groups import group_starts, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME
 
@@ -65,7 +64,7 @@ SWEEP_OPS: dict[str, frozenset[ValueType]] = {
 def sweeps(feature: Feature) -> bool:
     """Whether the sweep computes ``feature``: one of its ops over a type it accepts.
 
-    Bucketed or not: see :mod:`timetile.offline.sweep_buckets`.
+    Bucketed or not: see :mod:`timetile.offline.executors.sweep.buckets`.
     """
     return feature.input_type in SWEEP_OPS.get(feature.aggregation.op, ())
 

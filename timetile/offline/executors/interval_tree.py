@@ -24,10 +24,10 @@ from pyspark.sql import types as T
 
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import QueryTiling
+from timetile.offline.executors.reference import feature_values, output_schema
+from timetile.offline.executors.tiled import TiledLayout
 from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
-from timetile.offline.reference_executor import feature_values, output_schema
-from timetile.offline.result_types import arrow_schema, arrow_value
-from timetile.offline.tiled_executor import TiledLayout
+from timetile.spark.result_types import arrow_schema, arrow_value
 from timetile.spark.sorted_groups import Rows, group_bounds, map_groups, sorted_by_groups
 from timetile.spark.sources import TIME
 

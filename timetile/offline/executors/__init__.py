@@ -1,0 +1,1 @@
+"""Executors: how a part's features are computed (DESIGN §4). TODO"""
