@@ -23,3 +23,14 @@ def spark() -> Iterator[object]:
     session = local_session("timetile-tests", cores=2, shuffle_partitions=2)
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the SparkSession, through any fixture, with ``spark``.
+
+    So ``-m "not spark"`` (the fast lane, README) runs exactly the tests that start no Spark.
+    A test that runs Spark in a process of its own (``spark-submit``) is marked by hand.
+    """
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)

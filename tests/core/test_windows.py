@@ -8,8 +8,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import timetile as tt
-from timetile.core.timeutil import HOUR_MS, MINUTE_MS, floor_to
-from timetile.core.windows import MIN_TIME, WindowKind, window_bounds
+from timetile.core.timeutil import HOUR_MS, MINUTE_MS
+from timetile.core.windows import (
+    ARRAYS,
+    INTS,
+    MAX_TIME,
+    MIN_TIME,
+    WindowKind,
+    as_of,
+    window_bounds,
+    window_interval,
+)
 
 MIN = int(MIN_TIME)
 EVENTS = {"10:00": 10 * HOUR_MS, "10:30": 10 * HOUR_MS + 30 * MINUTE_MS, "11:00": 11 * HOUR_MS}
@@ -42,7 +51,7 @@ def test_an_event_at_q_never_counts_and_one_at_q_minus_length_does() -> None:
 
 
 def test_floor_is_a_true_floor_before_the_epoch() -> None:
-    assert floor_to(np.array([-1, -HOUR_MS, -HOUR_MS - 1]), HOUR_MS).tolist() == [
+    assert ARRAYS.floor(np.array([-1, -HOUR_MS, -HOUR_MS - 1]), HOUR_MS).tolist() == [
         -HOUR_MS, -HOUR_MS, -2 * HOUR_MS]
 
 
@@ -65,3 +74,25 @@ def test_windows_reaching_past_the_first_time_start_there(query: int, length: in
         got = window_bounds(np.array([query]), kind, length, None if kind is
                             WindowKind.SLIDING else hop)
         assert (int(got[0][0]), int(got[1][0])) == bounds, kind
+
+
+_ANY_TIME = st.one_of(st.integers(MIN, MIN + 10**7), st.integers(-(10**12), 10**12),
+                      st.integers(int(MAX_TIME) - 10**7, int(MAX_TIME)))
+_KINDS = st.sampled_from(list(WindowKind))
+
+
+@given(st.lists(_ANY_TIME, min_size=1, max_size=20), _KINDS, st.integers(1, 10**6),
+       st.integers(1, 10**5), st.lists(st.integers(1, 10**6), max_size=3))
+def test_one_rule_on_ints_and_arrays(times: list[int], kind: WindowKind, length: int,
+                                     hop: int, floors: list[int]) -> None:
+    """The fetcher's scalar bounds and as-of times are the kernels' vectorized ones."""
+    hop = min(hop, length)
+    length_ms = None if kind is WindowKind.LIFETIME else length
+    hop_ms = hop if kind in (WindowKind.SAWTOOTH, WindowKind.HOPPING) else None
+    starts, ends = window_bounds(np.array(times), kind, length_ms, hop_ms)
+    assert [window_interval(at, kind, length_ms, hop_ms) for at in times] == list(
+        zip(starts.tolist(), ends.tolist(), strict=True))
+    assert [as_of(INTS, at, floors) for at in times] == as_of(
+        ARRAYS, np.array(times), floors).tolist()
+    for at in times:  # saturated, never wrapped
+        assert MIN <= INTS.floor(at, hop) <= at <= INTS.ceil(at, hop) <= MAX_TIME

@@ -12,6 +12,7 @@ from timetile.api.errors import DefinitionError, Problem
 from timetile.api.sources import EntitySource, EventSource
 from timetile.api.windows import Window
 from timetile.core.timeutil import DAY_MS
+from timetile.core.windows import INTS, as_of
 
 #: A name Spark and mapInArrow take as it is: a GroupBy's, a Join's, a column's.
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -213,9 +214,7 @@ class GroupBy:
         ...         accuracy=Accuracy.SNAPSHOT).as_of(2 * 86_400_000 + 5)
         172800000
         """
-        for floor in self.floors:
-            at -= at % floor
-        return at
+        return as_of(INTS, at, self.floors)
 
     @property
     def time_column(self) -> str | None:

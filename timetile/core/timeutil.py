@@ -8,9 +8,6 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta, timezone
 
-import numpy as np
-import numpy.typing as npt
-
 SECOND_MS = 1_000
 MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS
@@ -67,17 +64,6 @@ def format_duration(millis: int) -> str:
         if millis % size == 0:
             return f"{millis // size}{unit}"
     return f"{millis}ms"
-
-
-def floor_to(times: npt.NDArray[np.int64], hop_ms: int) -> npt.NDArray[np.int64]:
-    """Round each time down to a multiple of ``hop_ms`` counted from the epoch.
-
-    Works for times before the epoch too (floor, not truncation).
-
-    >>> floor_to(np.array([-1, 0, 5, 10]), 5).tolist()
-    [-5, 0, 5, 10]
-    """
-    return np.floor_divide(times, hop_ms) * hop_ms
 
 
 def date_to_ms(day: str | date) -> int:

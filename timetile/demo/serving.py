@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from timetile.api.join import Join
 from timetile.api.sources import EventSource
+from timetile.core.equality import same_value
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.offline.backfill import backfill
 from timetile.offline.upload import UploadReport, upload
@@ -31,7 +32,6 @@ from timetile.store.kv import open_store
 from timetile.streaming.file_source import FileSource, land_json_lines
 from timetile.streaming.job import stream_group_by
 from timetile.streaming.state import StreamCounts
-from timetile.testing.compare import same_value
 
 #: How many JSON-lines files each GroupBy's morning is landed as (the stream reads the files
 #: there in one micro-batch; files landed later would go in the next).

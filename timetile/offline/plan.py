@@ -24,7 +24,7 @@ from timetile.api.sources import EntitySource, EventSource, describe_table
 from timetile.api.windows import Window, window_spec
 from timetile.core.timeutil import DAY_MS
 from timetile.core.types import ValueType
-from timetile.core.windows import window_bounds
+from timetile.core.windows import as_of, window_bounds
 from timetile.spark.entities import (
     DAY,
     IS_BEFORE,
@@ -34,6 +34,7 @@ from timetile.spark.entities import (
     load_entity,
 )
 from timetile.spark.sources import TIME, coarse_schema, load_events
+from timetile.spark.time_columns import COLUMNS
 
 if TYPE_CHECKING:
     from timetile.offline.hot_keys import KeySplit
@@ -107,7 +108,8 @@ class PartPlan:
             columns, with rows that have no time or a null key removed.
         features: the output columns, in the order of ``part.output_columns()``.
         floors: the query's time is rounded down to a multiple of each in turn before
-            its windows apply (see :func:`as_of`); empty for TEMPORAL accuracy.
+            its windows apply (:func:`~timetile.core.windows.as_of`); empty for TEMPORAL
+            accuracy.
 
     """
 
@@ -122,8 +124,8 @@ class PartPlan:
         return part_keys(self.part)
 
     def as_of(self, time: Column) -> Column:
-        """Return when the windows of a query at ``time`` end (see :func:`as_of`)."""
-        return as_of(time, self.floors)
+        """Return when the windows of a query at ``time`` end (the core's :func:`as_of`)."""
+        return as_of(COLUMNS, time, self.floors)
 
     def queries(self, left: DataFrame) -> DataFrame:
         """Return the distinct (keys, as-of time) queries that ``left`` asks of this part."""
@@ -169,8 +171,8 @@ class EntityPartPlan:
         return DAY_MS in self.floors
 
     def as_of(self, time: Column) -> Column:
-        """Return when the windows of a query at ``time`` end (see :func:`as_of`)."""
-        return as_of(time, self.floors)
+        """Return when the windows of a query at ``time`` end (the core's :func:`as_of`)."""
+        return as_of(COLUMNS, time, self.floors)
 
     def queries(self, left: DataFrame) -> DataFrame:
         """Return the distinct (keys, as-of time) queries that ``left`` asks of this part."""
@@ -183,17 +185,6 @@ AnyPartPlan = PartPlan | EntityPartPlan
 def part_keys(part: JoinPart) -> list[str]:
     """Return the internal key column names of a part."""
     return [key_column(i) for i in range(len(part.group_by.keys))]
-
-
-def as_of(time: Column, floors: tuple[int, ...]) -> Column:
-    """Return ``time`` rounded down to a multiple of each of ``floors`` in turn.
-
-    A SNAPSHOT part floors to the day (its value as of the end of the previous day); a
-    pre-aggregated source floors to its period (its value as of its last landed period).
-    """
-    for floor in floors:
-        time = time - F.pmod(time, F.lit(floor))
-    return time
 
 
 def part_queries(plan: AnyPartPlan, left: DataFrame) -> DataFrame:

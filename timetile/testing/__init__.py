@@ -6,7 +6,7 @@ generators make small tables that hold every edge case the semantics care about.
 :class:`RedisServer` runs a throwaway ``redis-server`` for the online stores' tests.
 """
 
-from timetile.testing.compare import differing_cells, same_value
+from timetile.core.equality import differing_cells, percentiles_within, same_value
 from timetile.testing.generators import (
     EVENT_SCHEMA,
     MIN_EVENTS,
@@ -23,7 +23,6 @@ from timetile.testing.generators import (
 from timetile.testing.oracle import (
     naive_backfill,
     percentile_rank_bounds,
-    percentiles_within,
 )
 from timetile.testing.redis_server import RedisServer
 from timetile.testing.sql_ops import SQL_OPS, SqlOp

@@ -20,9 +20,7 @@ keys that is O(n²/k) pairs, and a hot key holds most of them. Use it on small d
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
@@ -142,41 +140,12 @@ def percentile_rank_bounds(
     Each such column holds, per percentile p in order, ``struct(lo, hi)`` (see
     :func:`percentile_bounds_op`): the values a sketch with normalized rank error
     ``epsilon`` may return (:data:`~timetile.core.aggregators.sketches.KLL_RANK_ERROR`,
-    0.0133, for KLL with k = 200, at 99% confidence). Compare
-    an engine's answer with :func:`percentiles_within`. Every other column is as in
+    0.0133, for KLL with k = 200, at 99% confidence). Compare an engine's answer with
+    :func:`timetile.core.equality.percentiles_within`. Every other column is as in
     :func:`naive_backfill`.
     """
     return _backfill(join, spark, start, end,
                      {**SQL_OPS, "approx_percentile": percentile_bounds_op(epsilon)})
-
-
-def percentiles_within(answer: Sequence[float] | None, bounds: Sequence[Any] | None) -> bool:
-    """Whether an engine's percentiles lie in the bounds of :func:`percentile_rank_bounds`.
-
-    ``bounds`` is a row's value of that column (a list of ``Row(lo, hi)``); null bounds
-    (an empty window) require a null answer. Values compare as Spark orders doubles: NaN is
-    above every number and equal to itself.
-
-    >>> from collections import namedtuple
-    >>> Bound = namedtuple("Bound", "lo hi")
-    >>> percentiles_within([2.0, float("nan")], [Bound(1.0, 3.0), Bound(5.0, float("nan"))])
-    True
-    >>> percentiles_within([4.0], [Bound(1.0, 3.0)])
-    False
-    """
-    if answer is None or bounds is None:
-        return answer is None and bounds is None
-    if len(answer) != len(bounds):
-        return False
-    return all(_spark_le(bound.lo, value) and _spark_le(value, bound.hi)
-               for value, bound in zip(answer, bounds, strict=True))
-
-
-def _spark_le(x: float, y: float) -> bool:
-    """``x <= y`` in Spark's order of doubles: NaN above everything, equal to itself."""
-    if math.isnan(y):
-        return True
-    return not math.isnan(x) and x <= y
 
 
 def _backfill(

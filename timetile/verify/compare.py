@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from timetile.core.equality import same_value
 from timetile.online.jsonable import dumps
-from timetile.testing import same_value
 from timetile.verify.values import (
     decode_served,
     difference,

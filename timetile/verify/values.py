@@ -4,7 +4,7 @@ Plain Python, run inside the consistency job's Arrow function (:mod:`timetile.ve
 consistency`), one call per (logged row, feature). A served value arrives as the response log
 wrote it (:mod:`timetile.online.jsonable`: non-finite floats as ``"NaN"``/``"Infinity"``
 strings, map keys as strings); :func:`decode_served` turns it back into the Python value of
-the offline column's Spark type, so that :func:`~timetile.testing.same_value` compares like
+the offline column's Spark type, so that :func:`~timetile.core.equality.same_value` compares like
 with like. A number served for a double column reads as that float (JSON writers may drop
 the ``.0`` of an integral float, so an int ``3`` served for a double is ``3.0``); nothing
 else is coerced: a float served where the offline column is an int stays a float, and so
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from pyspark.sql import types as T
 
 from timetile.core.aggregators.sketches import HLL_RSE
-from timetile.testing import percentiles_within, same_value
+from timetile.core.equality import percentiles_within, same_value
 
 _FLOATS = (T.DoubleType, T.FloatType)
 _INTS = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
@@ -32,7 +32,7 @@ UNIQUE_COUNT_BOUND = 3 * HLL_RSE
 
 
 class Bound(NamedTuple):
-    """One percentile's rank bounds, as :func:`~timetile.testing.percentiles_within` reads."""
+    """One percentile's rank bounds, as :func:`~timetile.core.equality.percentiles_within` reads."""
 
     lo: float
     hi: float

@@ -27,6 +27,7 @@ from timetile.core.tiling.hops import (
     WindowPieces,
     choose_hop,
     split_windows,
+    window_pieces,
 )
 from timetile.core.tiling.intervals import QueryTiling, generate_tiles
 from timetile.core.tiling.scans import (
@@ -53,4 +54,5 @@ __all__ = [
     "split_windows",
     "suffix_states",
     "tiled_windows",
+    "window_pieces",
 ]

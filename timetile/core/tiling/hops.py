@@ -23,15 +23,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from timetile.core.timeutil import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS, floor_to
-from timetile.core.windows import MIN_TIME, WindowKind
+from timetile.core.timeutil import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
+from timetile.core.windows import ARRAYS, MIN_TIME, TimeArithmetic, WindowKind
 
 Int64s = npt.NDArray[np.int64]
-Bools = npt.NDArray[np.bool_]
+T = TypeVar("T")
 
 #: Hop sizes :func:`choose_hop` prefers, largest first: 1d, 1h, 5m, 1m, 1s.
 HOP_LADDER_MS: tuple[int, ...] = (DAY_MS, HOUR_MS, 5 * MINUTE_MS, MINUTE_MS, SECOND_MS)
@@ -42,11 +43,13 @@ SLIDING_HOPS = 4
 
 
 @dataclass(frozen=True)
-class WindowPieces:
+class WindowPieces(Generic[T]):
     """The pieces of each window ``[starts[i], ends[i])`` for hop size ``hop_ms``.
 
-    All arrays are aligned with the windows. Flags say which pieces a window has; the times
-    beside them are only meaningful where the flag is set.
+    Every field is aligned with the windows: int64 arrays from :func:`split_windows`, Spark
+    columns from :func:`window_pieces` with ``timetile.spark.time_columns.COLUMNS``. Flags
+    say which pieces a window has; the times beside them are only meaningful where the flag
+    is set.
 
     Attributes:
         hop_ms: the hop size ``H``.
@@ -66,27 +69,60 @@ class WindowPieces:
     """
 
     hop_ms: int
-    starts: Int64s
-    ends: Int64s
-    edge: Bools
-    edge_hop: Int64s
-    tail_lo: Int64s
-    tail_hi: Int64s
-    head: Bools
-    head_hop: Int64s
-    inner: Bools
+    starts: T
+    ends: T
+    edge: Any
+    edge_hop: T
+    tail_lo: T
+    tail_hi: T
+    head: Any
+    head_hop: T
+    inner: Any
 
     def __len__(self) -> int:
-        """Return the number of windows."""
-        return len(self.starts)
+        """Return the number of windows (of arrays)."""
+        return len(self.starts)  # type: ignore[arg-type]
 
 
-def split_windows(starts: Int64s, ends: Int64s, hop_ms: int) -> WindowPieces:
-    """Cut each window ``[starts[i], ends[i])`` into edge, tail and head (or one inner piece).
+def window_pieces(times: TimeArithmetic[T], starts: T, ends: T, hop_ms: int) -> WindowPieces[T]:
+    """Cut each window ``[starts, ends)`` into edge, tail and head (or one inner piece).
 
-    See the module docstring for the pieces; a start of ``MIN_TIME`` marks a lifetime window.
-    Vectorized over int64 arrays, O(n) for n windows; lifetime starts never enter arithmetic,
-    so nothing overflows.
+    The rule of the module docstring, once, over any :class:`~timetile.core.windows.
+    TimeArithmetic` (int64 arrays for the kernels, Spark columns for the tiled executor's
+    plan); a start of ``MIN_TIME`` marks a lifetime window. Floors and ceilings saturate at
+    the ends of int64, so nothing overflows. O(n) for n windows.
+
+    Raises:
+        ValueError: if ``hop_ms`` is not positive.
+
+    """
+    if hop_ms <= 0:
+        raise ValueError(f"the hop size must be positive, got {hop_ms}")
+    lifetime = starts == MIN_TIME
+    nonempty = starts < ends  # type: ignore[operator]
+    first_hop = times.floor(starts, hop_ms)  # MIN_TIME for a lifetime window
+    last_hop = times.floor(ends, hop_ms)
+    aligned = starts == first_hop
+    inner = nonempty & ~lifetime & ~aligned & (first_hop == last_hop)
+    spans = nonempty & ~inner
+    tail_lo = times.where(lifetime, times.constant(int(MIN_TIME), starts),
+                          times.ceil(starts, hop_ms))
+    return WindowPieces(
+        hop_ms=hop_ms,
+        starts=starts,
+        ends=ends,
+        edge=spans & ~lifetime & ~aligned,
+        edge_hop=first_hop,
+        tail_lo=times.where(spans, tail_lo, last_hop),
+        tail_hi=last_hop,
+        head=spans & (ends != last_hop),
+        head_hop=last_hop,
+        inner=inner,
+    )
+
+
+def split_windows(starts: Int64s, ends: Int64s, hop_ms: int) -> WindowPieces[Int64s]:
+    """:func:`window_pieces` of int64 arrays: each window cut into edge, tail and head.
 
     >>> pieces = split_windows(np.array([250, MIN_TIME, 120]), np.array([870, 870, 180]), 100)
     >>> pieces.edge.tolist(), [int(a[0]) for a in (pieces.edge_hop, pieces.tail_lo, pieces.tail_hi)]
@@ -101,34 +137,11 @@ def split_windows(starts: Int64s, ends: Int64s, hop_ms: int) -> WindowPieces:
         ValueError: if ``hop_ms`` is not positive or the arrays differ in length.
 
     """
-    if hop_ms <= 0:
-        raise ValueError(f"the hop size must be positive, got {hop_ms}")
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     if s.shape != e.shape:
         raise ValueError(f"{len(s)} starts but {len(e)} ends")
-    lifetime = s == MIN_TIME
-    nonempty = s < e
-    finite_s = np.where(lifetime, e, s)  # keeps MIN_TIME out of the arithmetic below
-    fs = floor_to(finite_s, hop_ms)
-    fe = floor_to(e, hop_ms)
-    s_aligned = finite_s == fs
-    inner = nonempty & ~lifetime & ~s_aligned & (fs == fe)
-    spans = nonempty & ~inner
-    ceil_s = np.where(s_aligned, fs, fs + hop_ms)
-    tail_lo = np.where(lifetime, MIN_TIME, ceil_s)
-    return WindowPieces(
-        hop_ms=hop_ms,
-        starts=s,
-        ends=e,
-        edge=spans & ~lifetime & ~s_aligned,
-        edge_hop=np.where(lifetime, MIN_TIME, fs),
-        tail_lo=np.where(spans, tail_lo, fe),
-        tail_hi=fe,
-        head=spans & (e != fe),
-        head_hop=fe,
-        inner=inner,
-    )
+    return window_pieces(ARRAYS, s, e, hop_ms)
 
 
 def _largest_divisor_at_most(number: int, limit: int) -> int:

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from timetile.core.aggregators.base import Aggregator, Times, Values
 from timetile.core.tiling.hops import split_windows
 from timetile.core.tiling.segment_tree import range_index
-from timetile.core.timeutil import floor_to
+from timetile.core.windows import ARRAYS
 
 S = TypeVar("S")
 
@@ -181,7 +181,7 @@ def tiled_windows(
     pieces = split_windows(starts, ends, hop_ms)
     window_starts, window_ends = pieces.starts, pieces.ends
 
-    hops, firsts = np.unique(floor_to(times, hop_ms), return_index=True)
+    hops, firsts = np.unique(ARRAYS.floor(times, hop_ms), return_index=True)
     cuts = [*firsts.tolist(), len(times)]
     partials = [aggregator.fold(values[a:b], times[a:b]) for a, b in itertools.pairwise(cuts)]
     index = range_index(aggregator, partials)

@@ -39,15 +39,22 @@ from pyspark.sql import types as T
 
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Aggregator
-from timetile.core.tiling import choose_hop, prefix_states, range_index, suffix_states
+from timetile.core.tiling import (
+    choose_hop,
+    prefix_states,
+    range_index,
+    suffix_states,
+    window_pieces,
+)
 from timetile.core.timeutil import DAY_MS, ms_to_iso
-from timetile.core.windows import MAX_TIME, MIN_TIME, WindowKind
+from timetile.core.windows import WindowKind, window_span
 from timetile.offline.executors.partial_store import EPOCH_DAY, PartialStore, day_label
 from timetile.offline.executors.reference import build_aggregator, feature_values, output_schema
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.spark.result_types import arrow_schema, arrow_value
 from timetile.spark.sorted_groups import Rows, map_groups, sorted_by_groups
 from timetile.spark.sources import TIME, epoch_day, table_identity
+from timetile.spark.time_columns import COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -181,66 +188,31 @@ def partials_problem(plan: PartPlan) -> str | None:
     return None
 
 
-def _floor(column: Column, hop: int) -> Column:
-    """Round down to a multiple of ``hop``.
-
-    Where that multiple is no int64, the first int64 millisecond: the first hop of all, keyed
-    by it, is a short one.
-    """
-    return F.coalesce(F.try_subtract(column, F.pmod(column, F.lit(hop))), F.lit(MIN_TIME))
-
-
-def _minus(column: Column, length: int) -> Column:
-    """``column − length``, saturated at the first int64 millisecond.
-
-    A window that would start before the first representable time starts there
-    (docs/semantics.md).
-    """
-    return F.coalesce(F.try_subtract(column, F.lit(length)), F.lit(MIN_TIME))
-
-
-def _window_bounds(window: Any, q: Column) -> tuple[Column | None, Column]:
-    """``[start, end)`` of a window at query time ``q`` as Spark columns (None: unbounded)."""
-    if window is None:
-        return None, q
-    kind = window.window_kind
-    if kind is WindowKind.SLIDING:
-        return _minus(q, window.length_ms), q
-    start = _floor(_minus(q, window.length_ms), window.hop_ms)
-    return start, (q if kind is WindowKind.SAWTOOTH else _floor(q, window.hop_ms))
-
-
 def _pieces(layout: TiledLayout) -> Column:
-    """Per query, an array of every window's pieces: anchor, edge, tail and head."""
+    """Per query, an array of every window's pieces: anchor, edge, tail and head.
+
+    The bounds and the cut are the core's rules (:func:`~timetile.core.windows.window_span`,
+    :func:`~timetile.core.tiling.hops.window_pieces`) on Spark columns. The hop leaves no
+    window an inner piece (:func:`_hop_without_inner_pieces`).
+    """
     hop, q = layout.hop_ms, F.col(TIME)
     piece = "struct<w:int,o:int,hop:bigint,bound:bigint,high:bigint>"
+    null = F.lit(None).cast("bigint")
     made: list[Column] = []
     for index, window in enumerate(layout.windows):
-        start, end = _window_bounds(window, q)
-        w = F.lit(index)
+        start, end = window_span(COLUMNS, q, *window_spec(window))
+        cut = window_pieces(COLUMNS, start, end, hop)
 
-        def make(order: int, hop_start: Column | None, bound: Column | None,
-                 high: Column | None, w: Column = w) -> Column:
-            null = F.lit(None).cast("bigint")
-            return F.struct(w.alias("w"), F.lit(order).alias("o"),
-                            (null if hop_start is None else hop_start).alias("hop"),
-                            (null if bound is None else bound).alias("bound"),
-                            (null if high is None else high).alias("high"))
+        def make(order: int, hop_start: Column, bound: Column, high: Column,
+                 w: int = index) -> Column:
+            return F.struct(F.lit(w).alias("w"), F.lit(order).alias("o"),
+                            hop_start.alias("hop"), bound.alias("bound"), high.alias("high"))
 
-        end_hop = _floor(end, hop)
-        made.append(make(ANCHOR, None, None, None))
-        made.append(F.when(end != end_hop, make(HEAD, end_hop, end, None)))
-        if start is None:
-            made.append(make(TAIL, None, F.lit(MIN_TIME), end_hop))
-        else:
-            start_hop = _floor(start, hop)
-            aligned = start == start_hop
-            made.append(F.when(~aligned, make(EDGE, start_hop, start, None)))
-            # the next hop's start, from start itself: start_hop may be the short first hop's
-            after_edge = F.coalesce(F.try_add(start, F.lit(hop) - F.pmod(start, F.lit(hop))),
-                                    F.lit(MAX_TIME))
-            tail_low = F.when(aligned, start).otherwise(after_edge)
-            made.append(F.when(tail_low < end_hop, make(TAIL, None, tail_low, end_hop)))
+        made.append(make(ANCHOR, null, null, null))
+        made.append(F.when(cut.edge, make(EDGE, cut.edge_hop, start, null)))
+        made.append(F.when(cut.tail_lo < cut.tail_hi, make(TAIL, null, cut.tail_lo,
+                                                           cut.tail_hi)))
+        made.append(F.when(cut.head, make(HEAD, cut.head_hop, end, null)))
     return F.filter(F.array(*made).cast(f"array<{piece}>"), lambda p: p.isNotNull())
 
 
@@ -495,7 +467,7 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
     scans = pieces.where(F.col(ORDER).isin(EDGE, HEAD)).select(
         *keys, HOP, F.col(BOUND).alias(TIME),
         F.when(F.col(ORDER) == HEAD, PREFIX).otherwise(SUFFIX).alias(SIDE)).distinct()
-    events = plan.events.withColumn(HOP, _floor(F.col(TIME), layout.hop_ms))
+    events = plan.events.withColumn(HOP, COLUMNS.floor(F.col(TIME), layout.hop_ms))
 
     # Stage 1: hop pass over events and head/edge requests, by (key, hop).
     largest = spark.sparkContext.accumulator((0, ""), LargestGroup())

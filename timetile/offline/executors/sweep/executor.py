@@ -14,9 +14,9 @@ not (:mod:`timetile.offline.executors.sweep.buckets`); ``executor="tiled"`` forc
 path.
 
 This module is the Spark side; the arithmetic on each table of whole keys is in
-:mod:`.columns` (and :mod:`.buckets` for bucketed features). Columns of the queries beyond keys and time ride through unchanged, so
-a backfill can send its left rows, duplicates included, straight through the sweep: no
-distinct, no join back.
+:mod:`.columns` (and :mod:`.buckets` for bucketed features). Columns of the queries beyond
+keys and time ride through unchanged, so a backfill can send its left rows, duplicates
+included, straight through the sweep: no distinct, no join back.
 """
 
 from __future__ import annotations

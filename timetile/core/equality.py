@@ -1,4 +1,12 @@
-"""Comparing feature values as the oracle tests do: NaN equals NaN, floats to a tolerance."""
+"""When two feature values agree: the one rule every comparison of timetile's uses.
+
+The consistency check (:mod:`timetile.verify`), the oracle tests and users' own tests compare
+a value computed one way with the same value computed another way (online against offline,
+an engine path against the naive oracle). Exact ops must match exactly, with NaN equal to
+NaN and a float sum allowed its last bits (:func:`same_value`); an ``approx_percentile``
+must lie within the rank bounds the oracle gives for its sketch (:func:`percentiles_within`).
+Plain Python, no engine.
+"""
 
 from __future__ import annotations
 
@@ -52,3 +60,34 @@ def differing_cells(ours: Sequence[Any], theirs: Sequence[Any],
     return [(column, mine, mine[column], other[column])
             for mine, other in zip(ours, theirs, strict=True)
             for column in names if not same_value(mine[column], other[column])]
+
+
+def percentiles_within(answer: Sequence[float] | None, bounds: Sequence[Any] | None) -> bool:
+    """Whether an engine's percentiles lie in the oracle's rank bounds.
+
+    The bounds are :func:`timetile.testing.percentile_rank_bounds`'s.
+
+    ``bounds`` is a row's value of that column (a list of ``Row(lo, hi)``); null bounds
+    (an empty window) require a null answer. Values compare as Spark orders doubles: NaN is
+    above every number and equal to itself.
+
+    >>> from collections import namedtuple
+    >>> Bound = namedtuple("Bound", "lo hi")
+    >>> percentiles_within([2.0, float("nan")], [Bound(1.0, 3.0), Bound(5.0, float("nan"))])
+    True
+    >>> percentiles_within([4.0], [Bound(1.0, 3.0)])
+    False
+    """
+    if answer is None or bounds is None:
+        return answer is None and bounds is None
+    if len(answer) != len(bounds):
+        return False
+    return all(_spark_le(bound.lo, value) and _spark_le(value, bound.hi)
+               for value, bound in zip(answer, bounds, strict=True))
+
+
+def _spark_le(x: float, y: float) -> bool:
+    """``x <= y`` in Spark's order of doubles: NaN above everything, equal to itself."""
+    if math.isnan(y):
+        return True
+    return not math.isnan(x) and x <= y
