@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -56,7 +56,6 @@ from pyspark.sql import functions as F
 from timetile.api.errors import expect_argument
 from timetile.api.join import Join, JoinPart
 from timetile.api.sources import EventSource
-from timetile.cli.progress import JobProgress
 from timetile.core.aggregators.sketches import KLL_RANK_ERROR
 from timetile.core.locations import write_problem
 from timetile.core.timeutil import HOUR_MS
@@ -90,9 +89,18 @@ HISTOGRAM_BINS = 20
 #: Features drawn one by one in the mismatch-rate-over-time chart: those that mismatch most.
 TIMELINE_FEATURES = 5
 
+
+@runtime_checkable
+class Stages(Protocol):
+    """What shows a long job's named stages: ``timetile.cli.progress.JobProgress``, say."""
+
+    def stage(self, name: str) -> AbstractContextManager[Any]:
+        """Return a context that spans the stage ``name``."""
+        ...
+
 def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str], *,
                 output: str | os.PathLike[str] | None = None,
-                progress: JobProgress | None = None) -> ConsistencyReport:
+                progress: Stages | None = None) -> ConsistencyReport:
     """Recompute the logged responses of ``join`` offline and report per feature.
 
     Reads ``{logs_dir}/{join.name}``. With ``output`` (a local directory, created), writes
@@ -153,7 +161,8 @@ def _check_arguments(join: object, spark: object, logs_dir: object, output: obje
     expect_argument("logs_dir", logs_dir, (str, os.PathLike), "a folder", folder)
     expect_argument("output", output, (str, os.PathLike, type(None)), "a folder or None",
                     folder)
-    expect_argument("progress", progress, (JobProgress, type(None)), "a JobProgress or None",
+    expect_argument("progress", progress, (Stages, type(None)),
+                    "an object with a stage(name) context, or None",
                     "pass timetile.cli.progress.JobProgress(...) or leave it out")
 
 
