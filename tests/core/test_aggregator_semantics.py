@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timetile.core.aggregators import OPS, make_aggregator
+from timetile.core.aggregators.base import ResultOverflowError
 from timetile.core.aggregators.exact import exact_float_sum, exact_int_sum, scaled_to_float
 from timetile.core.types import ResultType, Shape, ValueType
 
@@ -132,11 +133,18 @@ def test_count() -> None:
         agg.finalize(agg.retract(agg.init(), np.array([1]), np.zeros(1, np.int64)))
 
 
-def test_sum_of_ints_is_exact_beyond_int64() -> None:
+def test_sum_of_ints_is_exact_to_int64_and_refused_beyond() -> None:
+    """The state is exact past int64; the result is refused there, as Spark SQL refuses it."""
     big = 2**63 - 1
-    assert run("sum", [big, big, 1], value_type=ValueType.INT) == 2 * big + 1
-    assert run("sum", [-(2**63)] * 3, value_type=ValueType.INT) == -3 * 2**63
+    assert run("sum", [big, big, 1, -big, -big], value_type=ValueType.INT) == 1
+    low = -(2**63)
+    assert run("sum", [low, 2**62, 2**62, -(2**62)], value_type=ValueType.INT) == low + 2**62
     assert run("sum", [0], value_type=ValueType.INT) == 0
+    with pytest.raises(ResultOverflowError, match=r"past int64.*Fix: cast the column to double"):
+        run("sum", [big, big, 1], value_type=ValueType.INT)
+    with pytest.raises(ResultOverflowError):
+        run("sum", [-(2**63)] * 3, value_type=ValueType.INT)
+    assert run("avg", [big, big, 1], value_type=ValueType.INT) == float(2 * big + 1) / 3
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from unittest.mock import patch
 
 import numpy as np
 import pytest
-from aggregator_strategies import CASES, batches, build, same
+from aggregator_strategies import CASES, batches, build, outcome, same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -77,10 +77,10 @@ def test_a_kept_state_and_the_rest_equal_one_fold(op: str, value_type: ValueType
             anchor = int(rng.choice(anchors))
             other = int(rng.integers(0, n + 1))
             lo, hi = min(anchor, other), max(anchor, other)
-            got = aggregator.finalize(covered(folds, aggregator, lo, hi, anchor))
-            want = aggregator.finalize(aggregator.fold(folds.values[lo:hi], folds.times[lo:hi]))
+            got = outcome(aggregator, covered(folds, aggregator, lo, hi, anchor))
+            want = outcome(aggregator, aggregator.fold(folds.values[lo:hi], folds.times[lo:hi]))
             assert same(op, got, want), (lo, hi, anchor, got, want)
-            free = aggregator.finalize(covered(folds, aggregator, lo, hi, None))
+            free = outcome(aggregator, covered(folds, aggregator, lo, hi, None))
             assert same(op, free, want)
     folds._check()
 
@@ -99,7 +99,7 @@ def test_a_hot_run_folds_few_events_and_keeps_few_states() -> None:
             _, rest = folds.cover(aggregator, lo, hi, anchor)
             # At most a block, and the rest of the millisecond where it ends.
             assert sum(b - a for a, b in rest) <= 1_264 + 1_000
-            assert aggregator.finalize(covered(folds, aggregator, lo, hi, anchor)) == (
+            assert outcome(aggregator, covered(folds, aggregator, lo, hi, anchor)) == (
                 sum(range(lo, hi)) if lo < hi else None)
     assert 2 <= folds.kept_states <= 2 * (n // 1_264 + 1)
     folds._check()
@@ -122,8 +122,8 @@ def test_a_hot_run_with_no_fixed_end_folds_two_blocks_at_most(op: str) -> None:
         # which may run on to the end of a millisecond.
         assert kept is not None or hi - lo <= 8 * 1_264
         assert kept is None or sum(b - a for a, b in rest) <= 2 * (1_264 + 1_000)
-        want = aggregator.finalize(aggregator.fold(values[lo:hi], times[lo:hi]))
-        assert aggregator.finalize(covered(folds, aggregator, lo, hi, None)) == want
+        want = outcome(aggregator, aggregator.fold(values[lo:hi], times[lo:hi]))
+        assert outcome(aggregator, covered(folds, aggregator, lo, hi, None)) == want
     assert folds.kept_runs == 1
     assert n // (1_264 + 1_000) <= folds.kept_states <= n // 1_264 + 1  # one per block
     folds._check()
@@ -187,8 +187,8 @@ def test_a_longer_series_carries_the_kept_states_that_still_hold(op: str, seed: 
                 anchor = [0, n // 2, n, None][int(rng.integers(0, 4))]
                 other, end = (int(end) for end in rng.integers(0, n + 1, 2))
                 lo, hi = sorted((other, end if anchor is None else anchor))
-                got = aggregator.finalize(covered(folds, aggregator, lo, hi, anchor))
-                assert same(op, got, aggregator.finalize(aggregator.fold(values[lo:hi],
+                got = outcome(aggregator, covered(folds, aggregator, lo, hi, anchor))
+                assert same(op, got, outcome(aggregator, aggregator.fold(values[lo:hi],
                                                                          times[lo:hi])))
             assert folds.kept_states >= carried
             folds._check()
@@ -204,7 +204,7 @@ def test_a_growing_series_keeps_blocks_in_proportion() -> None:
     for n in range(4_000, len(times) + 1, 4_000):
         folds = SeriesFolds(values[:n], times[:n], after=before)
         lo = n // 3
-        assert aggregator.finalize(covered(folds, aggregator, lo, n - 1, None)) == int(
+        assert outcome(aggregator, covered(folds, aggregator, lo, n - 1, None)) == int(
             values[lo:n - 1].max())
         block = series_folds.block_size(n)
         assert n // (2 * block) <= folds.kept_states <= 2 * n // block + 1  # one per block

@@ -24,14 +24,10 @@ from exact_moments import exact_moments, exact_shape
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from timetile.core.aggregators import make_aggregator
+from timetile.core.aggregators.columnar import RunMoments
 from timetile.core.aggregators.moments import Kurtosis, Skew, Stddev, Variance
-from timetile.core.kernels.moment_tree import (
-    MOMENT_OPS,
-    check_moment_tree,
-    moment_results,
-    moment_tree,
-    window_moments,
-)
+from timetile.core.kernels.moment_tree import check_moment_tree, moment_tree, window_moments
 from timetile.core.types import ValueType
 from timetile.testing import same_value
 
@@ -44,6 +40,13 @@ NEAR = st.floats(-1e6, 1e6).filter(lambda x: x == 0.0 or abs(x) > 1e-40)
 VALUES = st.lists(NEAR | SPECIAL | FAR, max_size=60)
 RUNS = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), min_size=1, max_size=20)
 CORE = {"variance": Variance, "stddev": Stddev, "skew": Skew, "kurtosis": Kurtosis}
+MOMENT_OPS = frozenset(CORE)
+
+
+def moment_results(op: str, moments: RunMoments) -> tuple[np.ndarray, np.ndarray]:
+    """The sweep's results of ``op``: its aggregator's vectorized finalizer of the runs."""
+    results = CORE[op](ValueType.FLOAT).finalize_many(moments)
+    return results.values, results.null
 
 
 def core_result(op: str, values: np.ndarray) -> float | None:
@@ -133,9 +136,12 @@ def test_constant_single_and_empty_runs_follow_spark() -> None:
 
 
 def test_an_unknown_op_is_refused() -> None:
+    """An op that declares no column of states has no vectorized finalizer to misuse."""
     moments = window_moments(moment_tree(np.array([1.0, 2.0])), np.array([0]), np.array([2]))
-    with pytest.raises(ValueError, match="'mean' is not a moment op"):
-        moment_results("mean", moments)
+    sketch = make_aggregator("approx_unique_count", ValueType.FLOAT)
+    assert sketch.columnar is None
+    with pytest.raises(TypeError, match="approx_unique_count has no vectorized finalizer"):
+        sketch.finalize_many(moments)
 
 
 @pytest.mark.parametrize("scale", [1e-60, 1e-100, 1e60, 1e100])

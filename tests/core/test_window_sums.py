@@ -2,10 +2,10 @@
 
 No Spark: hypothesis draws doubles (NaN, ±inf, ``-0.0``, huge and tiny magnitudes) and
 several sets of runs ``[lo, hi)`` over them, as the sweep has one set per window. Prefix sums
-computed once and passed to each set give the same sums as computing them per call, and both
-equal, bit for bit, what :class:`~timetile.core.aggregators.counting.Sum` folds from the run
-(0.0 for an empty run, where the sweep's caller then writes null): the online fetcher's
-answer. Integers too, with the int64 overflow check.
+computed once and passed to each set give the same sums as computing them per call, and
+``Sum``'s vectorized finalizer of them equals, bit for bit, what
+:class:`~timetile.core.aggregators.counting.Sum` folds and finalizes from the run (null for an
+empty run): the online fetcher's answer. Integers too, exact past int64.
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ from timetile.core.aggregators.exact import (
     rounded_run_sum,
     scaled_to_float,
 )
+from timetile.core.equality import same_value
 from timetile.core.kernels.sweep import (
     float_prefix_sums,
     int_prefix_sums,
+    run_sums,
     window_int_sums,
     window_sums,
 )
 from timetile.core.types import ValueType
-from timetile.testing import same_value
 
 SPECIAL = st.sampled_from([0.0, -0.0, math.nan, math.inf, -math.inf, 1e300, -1e300, 1e-300])
 VALUES = st.lists(st.floats(-1e6, 1e6) | SPECIAL, max_size=50)
@@ -60,15 +61,21 @@ def test_shared_float_prefix_sums_equal_the_core_sum(values: list[float],
                                                       data: st.DataObject) -> None:
     array = np.array(values, dtype=np.float64)
     prefix = float_prefix_sums(array)
+    finalizer = Sum(ValueType.FLOAT)
     for _ in range(3):  # one set of runs per window, all reading the one prefix
         lows, highs = runs_of(data, len(array))
-        shared = window_sums(array, lows, highs, prefix)
-        alone = window_sums(array, lows, highs)
-        for low, high, ours, again in zip(lows, highs, shared, alone, strict=True):
+        shared = finalizer.finalize_many(run_sums(array, lows, highs, prefix))
+        alone = finalizer.finalize_many(run_sums(array, lows, highs))
+        assert shared.null.tolist() == alone.null.tolist() == (highs == lows).tolist()
+        for low, high, ours, again, null in zip(lows, highs, shared.values, alone.values,
+                                                shared.null, strict=True):
             assert same_value(float(ours), float(again), rel_tol=0.0)
             run = array[low:high]
-            expected = core_sum(run, ValueType.FLOAT) if len(run) else 0.0
-            assert same_value(float(ours), expected, rel_tol=0.0), (run, ours, expected)
+            expected = core_sum(run, ValueType.FLOAT)
+            assert (expected is None) == null
+            if expected is not None:
+                assert same_value(float(ours), expected, rel_tol=0.0), (run, ours, expected)
+                assert math.copysign(1.0, float(ours)) == math.copysign(1.0, expected)
 
 
 def test_small_sums_after_a_huge_value_are_correctly_rounded() -> None:

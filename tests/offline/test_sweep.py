@@ -98,8 +98,8 @@ def test_an_integer_sum_past_int64_is_refused_by_name(spark: Any) -> None:
     group_by = tt.GroupBy("s", tt.EventSource(events), ["user_id"],
                           [tt.Aggregation("quantity", "sum", windows=["1d"])])
     join = tt.Join("big", tt.EventSource(queries), [group_by])
-    with pytest.raises(Exception, match=r"s_quantity_sum_1d: a window's sum of the integer "
-                       r"column 'quantity' is past int64.*Fix: cast the column to double"):
+    with pytest.raises(Exception, match=r"s_quantity_sum_1d \(column 'quantity'\): an "
+                       r"integer sum is past int64.*Fix: cast the column to double"):
         tt.backfill(join, spark, executor="sweep").collect()
 
 

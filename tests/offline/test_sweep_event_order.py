@@ -1,12 +1,13 @@
-"""The sweep's ops by event order and by value rank equal the core aggregators.
+"""The sweep's results, by each aggregator's vectorized finalizer, equal its scalar ``finalize``.
 
 No Spark: hypothesis draws a table of whole groups as the sweep sees it (grouped, each group
 in time order), with times from a tiny range so that ties are common, and values of every
-type with nulls, NaN, ±inf, ``-0.0``, ``''`` and non-ASCII strings. Every query asks for a run
-of its group's events, found here by brute force; the sweep's answer must equal, value for
-value (the sign of zero included), what the core aggregator folds from the same events. The
-ops by value rank (``unique_count``, ``histogram``, ``top_k``, ``bottom_k``) are checked the
-same way, and so are the ranks themselves.
+type with nulls, NaN, ±inf, ``-0.0``, ``''`` and non-ASCII strings. Every query asks for a
+window of its group's events; the sweep's answer (the kernels' column of states, finalized by
+the op's ``finalize_many``) must equal, value for value (the sign of zero included), what the
+core aggregator folds from the same events and finalizes one state at a time (``finalize``):
+the online fetcher's answer. Every op the sweep computes is drawn, over every window kind;
+the ops by event order and by value rank are also checked on runs found by brute force.
 """
 
 from __future__ import annotations
@@ -21,19 +22,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import timetile as tt
-from timetile.core.aggregators import make_aggregator
+from timetile.core.aggregators import OPS, make_aggregator
+from timetile.core.aggregators.columnar import RankedRuns, Runs
 from timetile.core.aggregators.ordering import canonical, order_key
+from timetile.core.equality import same_value
 from timetile.core.types import ValueType
+from timetile.core.windows import window_bounds
+from timetile.offline.executors.sweep import SWEEP_OPS
 from timetile.offline.executors.sweep.columns import (
-    EVENT_ORDER_OPS,
-    VALUE_RANK_OPS,
     SweptColumn,
-    _by_value_rank,
-    _ends_of_runs,
     feature_result,
     list_offsets,
+    to_arrow,
 )
 from timetile.offline.plan import Feature
+
+#: The ops that read values by event order: equal times are ordered by value.
+EVENT_ORDER_OPS = ("first", "last", "first_k", "last_k")
+#: The ops that read each run as a multiset of value ranks.
+VALUE_RANK_OPS = ("unique_count", "histogram", "top_k", "bottom_k")
+#: The moment ops, whose tree merges in another order than a fold: equal to the last bits.
+MOMENT_OPS = ("variance", "stddev", "skew", "kurtosis")
 
 ARROW_TYPES = {ValueType.INT: pa.int64(), ValueType.FLOAT: pa.float64(),
                ValueType.STRING: pa.string(), ValueType.BOOL: pa.bool_()}
@@ -98,9 +107,10 @@ def test_the_ends_of_each_run_equal_the_core_aggregators(
                 np.array([v for _, v in seen], dtype=value_type.numpy_dtype),
                 np.array([t for t, _ in seen], dtype=np.int64))
             expected[op].append(exact(aggregator.finalize(state)))
+    runs = Runs(np.array(lows, dtype=np.int64), np.array(highs, dtype=np.int64))
     for op in EVENT_ORDER_OPS:
-        got = _ends_of_runs(op, k, swept.in_event_order(), np.array(lows, dtype=np.int64),
-                              np.array(highs, dtype=np.int64))
+        aggregator = make_aggregator(op, value_type, k=k if op.endswith("_k") else None)
+        got = to_arrow(aggregator.finalize_many(runs), swept.in_event_order, op)
         assert [exact(value) for value in got.to_pylist()] == expected[op], op
 
 
@@ -132,9 +142,12 @@ def test_the_multisets_of_each_run_equal_the_core_aggregators(
             state = aggregator.fold(np.array(seen, dtype=value_type.numpy_dtype),
                                     np.zeros(len(seen), dtype=np.int64))
             expected[op].append(exact(aggregator.finalize(state)))
+    ranks, by_rank = swept.value_ranks()
+    runs = RankedRuns(ranks, len(by_rank), swept.offsets, query_offsets.astype(np.int64),
+                      np.array(lows, dtype=np.int64), np.array(highs, dtype=np.int64))
     for op in VALUE_RANK_OPS:
-        got = _by_value_rank(op, k, swept, np.array(lows, dtype=np.int64),
-                             np.array(highs, dtype=np.int64)).to_pylist()
+        aggregator = make_aggregator(op, value_type, k=k if op.endswith("_k") else None)
+        got = to_arrow(aggregator.finalize_many(runs), lambda: by_rank, op).to_pylist()
         if op == "histogram":  # Arrow gives a map as a list of pairs
             got = [None if pairs is None else dict(pairs) for pairs in got]
         assert [exact(value) for value in got] == expected[op], op
@@ -214,3 +227,53 @@ def test_moments_and_means_rounded_to_nan_or_zero_are_canonical(
     got = _swept(op, values)
     assert exact(got) == exact(core)
     assert math.copysign(1.0, got) == 1.0, got
+
+
+#: Windows over the tiny times of :func:`tables`: every kind, short enough to be empty often.
+WINDOWS = [tt.Window(2), tt.Window(3, hop=2), tt.Window(4, hop=2, kind="hopping"), None]
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables(), st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 8)), max_size=12),
+       st.integers(1, 4), st.data())
+def test_every_swept_op_finalizes_as_its_aggregator(
+        table: tuple[ValueType, list[int], list[int], list[Any]],
+        asked: list[tuple[int, int]], k: int, data: st.DataObject) -> None:
+    """The whole sweep path for every op of ``SWEEP_OPS`` against ``fold`` and ``finalize``.
+
+    Queries sit anywhere, also where no event is (empty windows), at the events' own times
+    (an event at ``q`` is outside) and in groups without events.
+    """
+    value_type, groups, times, values = table
+    asked.sort()
+    query_groups = np.array([group for group, _ in asked], dtype=np.int64)
+    query_times = np.array([time for _, time in asked], dtype=np.int64)
+    query_offsets = np.searchsorted(query_groups, np.arange(5)).astype(np.int64)
+    swept = SweptColumn(pa.chunked_array([values], type=ARROW_TYPES[value_type]),
+                        np.array(times, dtype=np.int64), np.array(groups, dtype=np.int64), 4,
+                        value_type, query_times=query_times, query_offsets=query_offsets)
+    ops = [op for op, types in SWEEP_OPS.items() if value_type in types]
+    assert set(SWEEP_OPS) <= set(OPS)
+    for op in data.draw(st.lists(st.sampled_from(ops), min_size=1, max_size=6, unique=True)):
+        window = data.draw(st.sampled_from(WINDOWS))
+        params = {"k": k} if op.endswith("_k") else {}
+        feature = Feature("f", tt.Aggregation("v", op, **params), window, value_type)
+        got = feature_result(feature, swept).to_pylist()
+        aggregator = make_aggregator(op, value_type, **params)
+        spec = (None, None, None) if window is None else (
+            window.window_kind, window.length_ms, window.hop_ms)
+        for index, (group, at) in enumerate(asked):
+            starts, ends = window_bounds(np.array([at]), *spec) if window else (
+                np.array([np.iinfo(np.int64).min]), np.array([at]))
+            seen = [(t, v) for g, t, v in zip(groups, times, values, strict=True)
+                    if g == group and v is not None and starts[0] <= t < ends[0]]
+            state = aggregator.fold(np.array([v for _, v in seen], dtype=value_type.numpy_dtype),
+                                    np.array([t for t, _ in seen], dtype=np.int64))
+            expected = aggregator.finalize(state)
+            ours = got[index]
+            if op == "histogram" and ours is not None:  # Arrow gives a map as pairs
+                ours = dict(ours)
+            if op in MOMENT_OPS and ours is not None and expected is not None:
+                assert same_value(ours, expected, rel_tol=1e-9), (op, window, seen)
+            else:
+                assert exact(ours) == exact(expected), (op, window, seen, ours, expected)

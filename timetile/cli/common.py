@@ -25,6 +25,7 @@ from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
 from timetile.cli.progress import JobProgress
+from timetile.core.aggregators.base import ResultOverflowError
 from timetile.core.locations import write_problem
 from timetile.offline.report import BadInputError
 from timetile.store.kv import KVStore, StoreUnavailable, local_store_path, open_store
@@ -59,8 +60,8 @@ def user_errors(debug: bool) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        if not isinstance(error, (CliError, DefinitionError, BadInputError, StoreUnavailable)
-                          ) and not _is_unreadable_input(error):
+        if not isinstance(error, (CliError, DefinitionError, BadInputError, StoreUnavailable,
+                                  ResultOverflowError)) and not _is_unreadable_input(error):
             raise
         if debug:
             _err.print(traceback.format_exc(), markup=False, highlight=False)
@@ -73,6 +74,8 @@ def _describe(error: Exception) -> str:
         return f"The definition cannot work. {error}"
     if isinstance(error, BadInputError):
         return f"Bad input (--strict): {error}"
+    if isinstance(error, ResultOverflowError):
+        return f"A feature cannot be computed: {error}"
     if isinstance(error, StoreUnavailable):
         return (f"The store cannot be reached: {error}. Fix: check the --store URI, and that "
                 "the store is running (for Redis: redis-cli -u URL ping).")

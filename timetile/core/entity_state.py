@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from timetile.core.aggregators import Aggregator, bucketed_values
-from timetile.core.windows import WindowKind, window_bounds
+from timetile.core.aggregators.base import ResultOverflowError
+from timetile.core.windows import WindowKind, window_interval
 
 #: A row image: the values of the row columns, in order.
 Image = tuple[Any, ...]
@@ -114,6 +115,7 @@ class EntityFeature:
         window: (kind, length, hop) of the window over the rows' times.
         bucket: for a bucketed aggregation, the index of the bucket column (rows with a
             null bucket are left out, as null values are).
+        name: the output column, for errors (a result the op refuses names it).
 
     """
 
@@ -122,6 +124,7 @@ class EntityFeature:
     dtype: np.dtype[Any]
     window: tuple[WindowKind, int | None, int | None]
     bucket: int | None = None
+    name: str = ""
 
     @property
     def lifetime(self) -> bool:
@@ -203,7 +206,13 @@ class EntityReplay:
                 for _ in range(count)]
 
     def answer(self, as_of: int) -> list[Any]:
-        """Every feature's result at ``as_of`` (then the lookup's values, if any)."""
+        """Every feature's result at ``as_of`` (then the lookup's values, if any).
+
+        Raises:
+            ResultOverflowError: a result its op refuses (an integer sum past int64),
+                naming the feature.
+
+        """
         everything: list[tuple[Image, int | None]] | None = None
         results: list[Any] = []
         for index, feature in enumerate(self.features):
@@ -213,15 +222,17 @@ class EntityReplay:
                     everything = self._all_rows() if everything is None else everything
                     self._states[index] = aggregator.fold(*self._values(feature, everything))
                     self._stale[index] = False
-                results.append(aggregator.finalize(self._states[index]))
-                continue
-            everything = self._all_rows() if everything is None else everything
-            starts, ends = window_bounds(np.array([as_of], dtype=np.int64), *feature.window)
-            low, high = int(starts[0]), int(ends[0])
-            inside = [(image, time) for image, time in everything
-                      if time is not None and low <= time < high]
-            results.append(aggregator.finalize(aggregator.fold(*self._values(feature,
-                                                                              inside))))
+                state = self._states[index]
+            else:
+                everything = self._all_rows() if everything is None else everything
+                low, high = window_interval(as_of, *feature.window)
+                state = aggregator.fold(*self._values(feature, [
+                    (image, time) for image, time in everything
+                    if time is not None and low <= time < high]))
+            try:
+                results.append(aggregator.finalize(state))
+            except ResultOverflowError as error:
+                raise ResultOverflowError(f"{feature.name}: {error}") from None
         if self.lookup:
             results.extend(self._lookup())
         return results

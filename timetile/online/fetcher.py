@@ -30,6 +30,7 @@ import numpy as np
 from timetile.api.errors import DefinitionError, expect_argument
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join, JoinPart
+from timetile.core.aggregators.base import ResultOverflowError
 from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
 from timetile.core.entity_state import EntityFeature
 from timetile.core.series_folds import SeriesFolds
@@ -430,8 +431,11 @@ class Fetcher:
                 result.stale.append(group_by.name)
             recent = self._recent(served, key, record.day_end, key_tiles, when)
             states = record.states(served.features, when, recent)
-            for feature, state in zip(served.features, states, strict=True):
-                result.features[prefix + feature.name] = feature.aggregator.finalize(state)
+            try:
+                for feature, state in zip(served.features, states, strict=True):
+                    result.features[prefix + feature.name] = feature.aggregator.finalize(state)
+            except ResultOverflowError as error:  # the backfill refuses it too
+                raise ResultOverflowError(f"{prefix}{feature.name}: {error}") from None
 
     def _recent(self, served: _Served, key: bytes, since: int, tiles: Sequence[Tile],
                 when: int) -> Mapping[str, SeriesFolds]:
@@ -479,7 +483,10 @@ class Fetcher:
                 result.stale.append(name)
             mutations = [m for _, _, value in key_tiles
                          for m in self._tiles.get(value, decode_mutations, len(value))]
-            answers, missed = entity.answer(record, mutations, when)
+            try:
+                answers, missed = entity.answer(record, mutations, when)
+            except ResultOverflowError as error:  # the backfill refuses it too
+                raise ResultOverflowError(f"{prefix}{error}") from None
             unmatched += missed
             for column, value in zip(entity.names, answers, strict=True):
                 result.features[prefix + column] = value

@@ -14,7 +14,8 @@ server (``timetile serve`` runs uvicorn). Routes:
 
 Every error is ``{"error", "field", "fix"}``: 404 for an unknown Join (the fix lists the
 served ones), 422 for a malformed body or a row without a key column or with a badly typed
-key (naming ``rows[i]``), 503 when the store cannot be reached (naming it) or a Join's
+key (naming ``rows[i]``) or a feature its op refuses (an integer ``sum`` past int64, as the
+backfill refuses it), 503 when the store cannot be reached (naming it) or a Join's
 GroupBys were never uploaded (fix: run ``timetile upload``).
 
 Fetches run in FastAPI's threadpool (the route is a plain ``def``), so the event loop never
@@ -43,6 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from timetile import __version__
 from timetile.api.errors import DefinitionError
 from timetile.api.join import Join
+from timetile.core.aggregators.base import ResultOverflowError
 from timetile.core.timeutil import DAY_MS
 from timetile.online.fetcher import Fetcher, NotUploadedError
 from timetile.online.jsonable import to_json_value
@@ -66,7 +68,8 @@ UPLOAD_FIX = ("run timetile upload DEFS.py --ds YYYY-MM-DD --store STORE for thi
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": description} for code, description in [
         (404, "No Join of that name is served."),
-        (422, "A malformed body, a row without a key column, or a badly typed key."),
+        (422, "A malformed body, a row without a key column, or a badly typed key; or a "
+              "feature whose value its op refuses (an integer sum past int64), named."),
         (503, "The store cannot be reached, or the Join's GroupBys were never uploaded."),
     ]
 }
@@ -199,6 +202,9 @@ class _Service:
             problem = error.problems[0]
             raise ApiError(422, f"{problem.field}: {problem.message}", problem.field,
                            problem.fix) from None
+        except ResultOverflowError as error:  # the backfill refuses the same window
+            message, _, fix = str(error).partition(". Fix: ")
+            raise ApiError(422, message, "rows", fix) from None
         except ValueError as error:  # a record of another version: the upload is out of date
             raise ApiError(503, f"Join {name!r} cannot read its store: {error}", "join",
                            UPLOAD_FIX) from None

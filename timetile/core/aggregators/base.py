@@ -15,7 +15,10 @@ Laws every aggregator keeps (tested with hypothesis in ``tests/core``):
   ``finalize(merge(fold(A), fold(B))) == finalize(fold(A + B))``;
 - where ``invertible`` is declared, ``retract(update(s, v), v)`` finalizes like ``s`` and
   ``unmerge(merge(a, b), b)`` finalizes like ``a``;
-- ``from_bytes(to_bytes(s))`` finalizes like ``s``.
+- ``from_bytes(to_bytes(s))`` finalizes like ``s``;
+- where ``columnar`` is declared, ``finalize_many`` of a column of states gives, run by run,
+  what ``finalize`` gives of each state: the op's result rules live in its class, once, for
+  one state and for a column of them (:mod:`.columnar`).
 
 No method mutates its arguments: states can be shared freely between tiles, trees and caches.
 
@@ -33,12 +36,25 @@ from typing import Any, ClassVar, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from timetile.core.aggregators.columnar import Finalized
 from timetile.core.types import ResultType, ValueType
 
 StateT = TypeVar("StateT")
 
 Values = npt.NDArray[Any]
 Times = npt.NDArray[np.int64]
+
+#: The int64 range: a result of type INT outside it cannot be served or stored.
+INT64_RANGE = range(-(2**63), 2**63)
+
+
+class ResultOverflowError(OverflowError):
+    """A result outside the range of its type: an integer ``sum`` past int64.
+
+    Raised by ``finalize`` and ``finalize_many`` alike, so every executor and the online
+    fetcher refuse the same windows (Spark SQL's ``sum`` raises ``ARITHMETIC_OVERFLOW``
+    there under ANSI mode, its default).
+    """
 
 
 class Aggregator(ABC, Generic[StateT]):
@@ -52,6 +68,8 @@ class Aggregator(ABC, Generic[StateT]):
         error_bound: a sentence stating the op's error guarantee, for docs and tests.
         state_version: which form of the state :meth:`to_bytes` writes; raised when the form
             changes, so that stores keyed by it (stored hop partials) never mix forms.
+        columnar: the column of states :meth:`finalize_many` takes (a class of
+            :mod:`.columnar`), or None where the op has no vectorized finalizer.
         checkpointable: whether a state stays small, whatever its input, and merging the
             states of consecutive runs of events gives the state of one fold of them all,
             wherever the runs are cut (to a double's last bits for the moment ops): then the
@@ -68,6 +86,7 @@ class Aggregator(ABC, Generic[StateT]):
     error_bound: ClassVar[str | None] = None
     state_version: ClassVar[int] = 1
     checkpointable: ClassVar[bool] = False
+    columnar: ClassVar[type | None] = None
 
     def __init__(self, input_type: ValueType) -> None:
         if self.numeric_only and not input_type.numeric:
@@ -111,6 +130,15 @@ class Aggregator(ABC, Generic[StateT]):
     @abstractmethod
     def finalize(self, state: StateT) -> Any:
         """Return the result: a Python scalar, list or dict, or None where the contract says so."""
+
+    def finalize_many(self, states: Any) -> Finalized:
+        """Return the result of each state of a column (:attr:`columnar`), vectorized.
+
+        By the rules of :meth:`finalize`, one result per run of the column. Only where
+        ``columnar`` is declared; the others raise TypeError.
+        """
+        del states
+        raise TypeError(f"{self.op} has no vectorized finalizer")
 
     @abstractmethod
     def to_bytes(self, state: StateT) -> bytes:

@@ -14,9 +14,16 @@ from typing import ClassVar, TypeAlias
 import numpy as np
 
 from timetile.core.aggregators import codec
-from timetile.core.aggregators.base import Aggregator, Times, Values
+from timetile.core.aggregators.base import (
+    INT64_RANGE,
+    Aggregator,
+    ResultOverflowError,
+    Times,
+    Values,
+)
+from timetile.core.aggregators.columnar import Runs, RunSums, Scalars, never_null
 from timetile.core.aggregators.exact import exact_float_sum, exact_int_sum, scaled_to_float
-from timetile.core.aggregators.ordering import as_values, canonical_float
+from timetile.core.aggregators.ordering import as_values, canonical_array, canonical_float
 from timetile.core.types import ResultType, ValueType
 
 # A float total has at most about 2,150 bits; a larger shift can only come from bad bytes.
@@ -41,6 +48,7 @@ class Count(Aggregator[int]):
     op: ClassVar[str] = "count"
     invertible: ClassVar[bool] = True
     checkpointable: ClassVar[bool] = True
+    columnar: ClassVar[type] = Runs
 
     def result_type(self) -> ResultType:
         """Return ``INT``, whatever the column type."""
@@ -77,6 +85,10 @@ class Count(Aggregator[int]):
         """
         _check_not_negative(self.op, state)
         return state
+
+    def finalize_many(self, states: Runs) -> Scalars:
+        """Return each run's length: 0 for an empty run, never null. O(runs)."""
+        return Scalars(states.highs - states.lows, never_null(len(states.lows)))
 
     def to_bytes(self, state: int) -> bytes:
         """Encode with :mod:`.codec`."""
@@ -119,6 +131,7 @@ class _ExactSum(Aggregator[SumState]):
     invertible: ClassVar[bool] = True
     numeric_only: ClassVar[bool] = True
     checkpointable: ClassVar[bool] = True
+    columnar: ClassVar[type] = RunSums
 
     def init(self) -> SumState:
         """Return the state of no values."""
@@ -168,6 +181,20 @@ class _ExactSum(Aggregator[SumState]):
             return float("-inf")
         return scaled_to_float(total)
 
+    def _sums_many(self, states: RunSums) -> tuple[Values, np.ndarray]:
+        """:meth:`_sum` of each run of a column, and where it is null; vectorized, O(runs).
+
+        An INT column's sums are the exact integers of ``states.finite``; a FLOAT column's
+        are its rounded finite sums, or NaN where a NaN or both infinities occur, else ±inf
+        where one infinity does (Spark's rules, as :meth:`_sum`).
+        """
+        null = states.counts == 0
+        if self.input_type is ValueType.INT:
+            return states.finite, null
+        positive, negative = states.positive > 0, states.negative > 0
+        sums = np.where(positive, np.inf, np.where(negative, -np.inf, states.finite))
+        return np.where((states.nan > 0) | (positive & negative), np.nan, sums), null
+
     def to_bytes(self, state: SumState) -> bytes:
         """Encode the five integers; the float total is stored with trailing zero bits cut."""
         n, total, *specials = state
@@ -188,10 +215,11 @@ class _ExactSum(Aggregator[SumState]):
 class Sum(_ExactSum):
     """Sum of the values, exact before one final rounding; empty input gives None.
 
-    INT column: the exact Python int (it may exceed int64 where Spark raises an overflow
-    error). FLOAT column: NaN if any NaN or both infinities occur, else ±inf if one infinity
-    occurs, else the exact sum of the values rounded once to a double (±inf past the double
-    range).
+    INT column: the exact sum, an int64; outside int64 :class:`ResultOverflowError`, as Spark
+    SQL raises ``ARITHMETIC_OVERFLOW`` (the state stays exact, so a window that comes back
+    into range sums right again). FLOAT column: NaN if any NaN or both infinities occur, else
+    ±inf if one infinity occurs, else the exact sum of the values rounded once to a double
+    (±inf past the double range).
 
     >>> agg = Sum(ValueType.FLOAT)
     >>> agg.finalize(agg.fold(np.array([0.1, 0.2, 0.3]), np.zeros(3, dtype=np.int64)))
@@ -207,8 +235,32 @@ class Sum(_ExactSum):
         return ResultType(self.input_type)
 
     def finalize(self, state: SumState) -> int | float | None:
-        """Return the sum, or None for no values."""
-        return self._sum(state)
+        """Return the sum, or None for no values.
+
+        Raises:
+            ResultOverflowError: an INT column's sum outside int64.
+
+        """
+        total = self._sum(state)
+        if isinstance(total, int) and total not in INT64_RANGE:
+            raise _overflow()
+        return total
+
+    def finalize_many(self, states: RunSums) -> Scalars:
+        """Return each run's sum, null where the run is empty; O(runs).
+
+        Raises:
+            ResultOverflowError: an INT column's sum outside int64, as :meth:`finalize`.
+
+        """
+        sums, null = self._sums_many(states)
+        if self.input_type is not ValueType.INT:
+            return Scalars(canonical_array(sums), null)
+        if sums.dtype == object:  # Python integers: some may lie outside int64
+            if any(total not in INT64_RANGE for total in sums[~null].tolist()):
+                raise _overflow()
+            sums = np.where(null, 0, sums).astype(np.int64)
+        return Scalars(sums, null)
 
 
 class Avg(_ExactSum):
@@ -234,3 +286,17 @@ class Avg(_ExactSum):
         if total is None:
             return None
         return canonical_float(float(total) / state[0])  # an underflow to -0.0 gives 0.0
+
+    def finalize_many(self, states: RunSums) -> Scalars:
+        """Return each run's mean (its sum rounded to a double first), null where empty."""
+        sums, null = self._sums_many(states)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            means = sums.astype(np.float64) / np.where(null, 1, states.counts)
+        return Scalars(canonical_array(means), null)
+
+
+def _overflow() -> ResultOverflowError:
+    return ResultOverflowError(
+        "an integer sum is past int64, as Spark SQL's sum would be (ARITHMETIC_OVERFLOW). "
+        "Fix: cast the column to double in the source's select (exact to 2^53, rounded "
+        "past it)")

@@ -23,6 +23,7 @@ import numpy as np
 from timetile.core.aggregators import codec
 from timetile.core.aggregators.base import Aggregator, Times, Values
 from timetile.core.aggregators.codec import Scalar
+from timetile.core.aggregators.columnar import Counted, RankedRuns, Scalars, empty_runs, never_null
 from timetile.core.aggregators.ordering import (
     as_values,
     canonical,
@@ -30,6 +31,7 @@ from timetile.core.aggregators.ordering import (
     order_key,
     to_scalars,
 )
+from timetile.core.kernels.multisets import window_distinct_counts, window_histograms
 from timetile.core.types import ResultType, Shape, ValueType
 
 #: The state: normalized value → multiplicity (never zero).
@@ -68,6 +70,7 @@ class _DistinctCounts(Aggregator[Multiset]):
     """
 
     invertible: ClassVar[bool] = True
+    columnar: ClassVar[type] = RankedRuns
 
     def init(self) -> Multiset:
         """Return the empty multiset."""
@@ -145,6 +148,14 @@ class UniqueCount(_DistinctCounts):
         self._check_not_negative(state)
         return len(state)
 
+    def finalize_many(self, states: RankedRuns) -> Scalars:
+        """Return how many distinct values each run holds: 0 for an empty run, never null.
+
+        By the compiled multiset sweep of
+        :func:`~timetile.core.kernels.multisets.window_distinct_counts`: O(n + q) per key.
+        """
+        return Scalars(window_distinct_counts(*states), never_null(len(states.lows)))
+
 
 class Histogram(_DistinctCounts):
     """Map from each distinct value to how many times it occurs; None for no values.
@@ -174,3 +185,13 @@ class Histogram(_DistinctCounts):
         if not state:
             return None
         return dict(sorted(state.items(), key=lambda item: order_key(item[0])))
+
+    def finalize_many(self, states: RankedRuns) -> Counted:
+        """Return each run's distinct values (their ranks, in the value order) with counts.
+
+        Null for an empty run. By the compiled multiset sweep of
+        :func:`~timetile.core.kernels.multisets.window_histograms`: O((n + q + e) log d) per
+        key for e entries.
+        """
+        offsets, ranks, multiplicities = window_histograms(*states)
+        return Counted(offsets, ranks, multiplicities, empty_runs(states))

@@ -18,9 +18,11 @@ import numpy as np
 from timetile.core.aggregators import codec
 from timetile.core.aggregators.base import Aggregator, Times, Values
 from timetile.core.aggregators.codec import Scalar
+from timetile.core.aggregators.columnar import Picks, RunExtremes, Runs, Scalars, empty_runs
 from timetile.core.aggregators.ordering import (
     as_values,
     canonical,
+    canonical_array,
     check_aligned,
     extreme,
     order_key,
@@ -31,11 +33,15 @@ from timetile.core.types import ResultType
 TimedValue = tuple[int, Scalar]
 
 
-class _ValueExtreme(Aggregator[Scalar | None]):
-    """The least or greatest value. State: that value or None. ``update`` O(n) vectorized."""
+class ValueExtreme(Aggregator[Scalar | None]):
+    """The least or greatest value (``largest``). State: that value or None.
+
+    ``update`` O(n) vectorized.
+    """
 
     largest: ClassVar[bool]
     checkpointable: ClassVar[bool] = True
+    columnar: ClassVar[type] = RunExtremes
 
     def result_type(self) -> ResultType:
         """Return the input type."""
@@ -65,6 +71,10 @@ class _ValueExtreme(Aggregator[Scalar | None]):
         """Return the value, or None for no values."""
         return state
 
+    def finalize_many(self, states: RunExtremes) -> Scalars:
+        """Return each run's extreme, normalized; null for an empty run. O(runs)."""
+        return Scalars(canonical_array(states.values), states.empty)
+
     def to_bytes(self, state: Scalar | None) -> bytes:
         """Encode with :mod:`.codec`."""
         return codec.encode(state)
@@ -77,7 +87,7 @@ class _ValueExtreme(Aggregator[Scalar | None]):
         return canonical(codec.expect_scalar(value, self.input_type, self.op))
 
 
-class Min(_ValueExtreme):
+class Min(ValueExtreme):
     """The least value (NaN only if all values are NaN); None for no values.
 
     >>> from timetile.core.types import ValueType
@@ -90,7 +100,7 @@ class Min(_ValueExtreme):
     largest: ClassVar[bool] = False
 
 
-class Max(_ValueExtreme):
+class Max(ValueExtreme):
     """The greatest value (NaN if any value is NaN); None for no values.
 
     >>> from timetile.core.types import ValueType
@@ -111,6 +121,7 @@ class _TimedExtreme(Aggregator[TimedValue | None]):
 
     latest: ClassVar[bool]
     checkpointable: ClassVar[bool] = True
+    columnar: ClassVar[type] = Runs
 
     def result_type(self) -> ResultType:
         """Return the input type."""
@@ -143,6 +154,16 @@ class _TimedExtreme(Aggregator[TimedValue | None]):
     def finalize(self, state: TimedValue | None) -> Scalar | None:
         """Return the event's value, or None for no values."""
         return None if state is None else state[1]
+
+    def finalize_many(self, states: Runs) -> Picks:
+        """Pick each run's first (or last) value in event order; null for an empty run.
+
+        The run is over the values ordered by ``(time, value)``, so its ends are the least and
+        the greatest pair. O(runs).
+        """
+        empty = empty_runs(states)
+        ends = states.highs - 1 if self.latest else states.lows
+        return Picks(np.where(empty, 0, ends), empty)
 
     def to_bytes(self, state: TimedValue | None) -> bytes:
         """Encode ``(time, value)`` or None with :mod:`.codec`."""

@@ -43,8 +43,9 @@ import numpy.typing as npt
 
 from timetile.core.aggregators import codec
 from timetile.core.aggregators.base import Aggregator, Times, Values
+from timetile.core.aggregators.columnar import RunMoments, Scalars
 from timetile.core.aggregators.exact import two_sum
-from timetile.core.aggregators.ordering import canonical_float
+from timetile.core.aggregators.ordering import canonical_array, canonical_float
 from timetile.core.types import ResultType, ValueType
 
 #: The smallest normal double: below it a product has lost bits.
@@ -214,6 +215,7 @@ class _Moments(Aggregator[MomentState]):
     numeric_only: ClassVar[bool] = True
     checkpointable: ClassVar[bool] = True
     state_version: ClassVar[int] = 2  # 2: the mean's low word
+    columnar: ClassVar[type] = RunMoments
 
     def result_type(self) -> ResultType:
         """Return ``FLOAT``, whatever the column type."""
@@ -286,6 +288,18 @@ class Variance(_Moments):
             return math.inf
         return canonical_float(state.m2 / (n - 1))
 
+    def finalize_many(self, states: RunMoments) -> Scalars:
+        """Return each run's sample variance by :meth:`finalize`'s rules; O(runs)."""
+        return Scalars(canonical_array(self._variances(states)), states.sizes < 2)
+
+    @staticmethod
+    def _variances(states: RunMoments) -> npt.NDArray[np.float64]:
+        finite = (states.sizes - states.nonfinite).astype(np.float64)
+        with np.errstate(all="ignore"):
+            variances = np.where(np.isnan(states.m2), np.inf,
+                                 states.m2 / np.maximum(finite - 1, 1))
+        return np.where(states.nonfinite > 0, np.nan, variances)
+
 
 class Stddev(Variance):
     """Sample standard deviation, Spark's ``stddev_samp``: the square root of :class:`Variance`.
@@ -301,6 +315,11 @@ class Stddev(Variance):
         """Return the sample standard deviation (see the module's rules for None and NaN)."""
         variance = super().finalize(state)
         return None if variance is None else math.sqrt(variance)
+
+    def finalize_many(self, states: RunMoments) -> Scalars:
+        """Return each run's sample standard deviation by :meth:`finalize`'s rules."""
+        with np.errstate(invalid="ignore"):
+            return Scalars(canonical_array(np.sqrt(self._variances(states))), states.sizes < 2)
 
 
 class _StandardizedMoment(_Moments):
@@ -320,7 +339,17 @@ class _StandardizedMoment(_Moments):
             return None
         return canonical_float(self._shape(state))  # an overflow's NaN may carry a sign bit
 
+    def finalize_many(self, states: RunMoments) -> Scalars:
+        """Return each run's moment by :meth:`finalize`'s rules, vectorized; O(runs)."""
+        null = (states.sizes == 0) | ((states.nonfinite == 0) & (states.m2 == 0.0))
+        with np.errstate(all="ignore"):  # IEEE division, as _ieee_divide
+            shapes = self._shapes(states, (states.sizes - states.nonfinite).astype(np.float64))
+        return Scalars(canonical_array(np.where(states.nonfinite > 0, np.nan, shapes)), null)
+
     def _shape(self, state: MomentState) -> float:
+        raise NotImplementedError
+
+    def _shapes(self, states: RunMoments, n: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         raise NotImplementedError
 
 
@@ -340,6 +369,10 @@ class Skew(_StandardizedMoment):
     def _shape(self, state: MomentState) -> float:
         return _ieee_divide(math.sqrt(state.n) * state.m3, skew_spread(float(state.m2)))
 
+    def _shapes(self, states: RunMoments, n: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        shapes: npt.NDArray[np.float64] = np.sqrt(n) * states.m3 / skew_spread(states.m2)
+        return shapes
+
 
 class Kurtosis(_StandardizedMoment):
     """Excess kurtosis ``n * m4 / m2**2 - 3``, Spark's ``kurtosis``; None for constant data.
@@ -353,3 +386,7 @@ class Kurtosis(_StandardizedMoment):
 
     def _shape(self, state: MomentState) -> float:
         return _ieee_divide(state.n * state.m4, state.m2 * state.m2) - 3.0
+
+    def _shapes(self, states: RunMoments, n: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        shapes: npt.NDArray[np.float64] = n * states.m4 / (states.m2 * states.m2) - 3.0
+        return shapes

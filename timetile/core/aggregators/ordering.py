@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numba
 import numpy as np
 
 from timetile.core.aggregators.base import Times, Values
@@ -116,6 +117,23 @@ def extreme(values: Values, *, largest: bool) -> Scalar:
         return max(strings) if largest else min(strings)
     found_item: Scalar = (values.max() if largest else values.min()).item()
     return found_item
+
+
+@numba.njit(cache=True)
+def value_above(a: float, b: float) -> bool:
+    """Tell whether ``a`` comes after ``b`` in the value order: NaN above every number.
+
+    Compiled, for the kernels that keep a window's extreme (the sweep's ``min``/``max``);
+    :func:`order_key` is the same order for Python values. O(1).
+
+    >>> value_above(math.nan, math.inf), value_above(1.0, math.nan), value_above(2.0, 1.0)
+    (True, False, True)
+    """
+    if np.isnan(a):
+        return not np.isnan(b)
+    if np.isnan(b):
+        return False
+    return a > b
 
 
 def sorted_order(values: Values, times: Times | None = None) -> Values:

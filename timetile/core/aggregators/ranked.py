@@ -24,6 +24,7 @@ import numpy as np
 from timetile.core.aggregators import codec
 from timetile.core.aggregators.base import Aggregator, Times, Values
 from timetile.core.aggregators.codec import Decoded, Encodable, Scalar
+from timetile.core.aggregators.columnar import Lists, RankedRuns, Runs, empty_runs
 from timetile.core.aggregators.extremes import TimedValue
 from timetile.core.aggregators.ordering import (
     as_values,
@@ -34,6 +35,7 @@ from timetile.core.aggregators.ordering import (
     sorted_order,
     to_scalars,
 )
+from timetile.core.kernels.multisets import window_top_k
 from timetile.core.types import ResultType, Shape, ValueType
 
 EntryT = TypeVar("EntryT")
@@ -126,6 +128,17 @@ class _Ranked(Aggregator[tuple[EntryT, ...]], Generic[EntryT]):
 class _RankedValues(_Ranked[Scalar]):
     """Entries are values, ranked by the value order."""
 
+    columnar: ClassVar[type] = RankedRuns
+
+    def finalize_many(self, states: RankedRuns) -> Lists:
+        """Return each run's ``k`` largest (smallest) values' ranks, in output order.
+
+        Repeats kept, null for an empty run; by the compiled multiset sweep of
+        :func:`~timetile.core.kernels.multisets.window_top_k`: O((n + q·k) log d).
+        """
+        offsets, chosen = window_top_k(*states, self.k, self.descending)
+        return Lists(offsets, chosen, empty_runs(states))
+
     def _key(self, entry: Scalar) -> Any:
         return order_key(entry)
 
@@ -158,6 +171,26 @@ class _RankedValues(_Ranked[Scalar]):
 
 class _RankedEvents(_Ranked[TimedValue]):
     """Entries are ``(time, value)`` events, ranked by time, then by value."""
+
+    columnar: ClassVar[type] = Runs
+
+    def finalize_many(self, states: Runs) -> Lists:
+        """Return the positions of each run's ``k`` earliest (most recent) values, in order.
+
+        The run is over the values ordered by ``(time, value)``: the earliest first, or the
+        most recent first. Null for an empty run. O(runs · k), vectorized.
+        """
+        lows, highs = states
+        if self.descending:  # the k most recent, most recent first
+            starts, ends = np.maximum(lows, highs - self.k), highs
+        else:  # the k earliest, earliest first
+            starts, ends = lows, np.minimum(highs, lows + self.k)
+        lengths = ends - starts
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+        positions = (np.repeat(ends - 1, lengths) - within if self.descending
+                     else np.repeat(starts, lengths) + within)
+        return Lists(offsets, positions.astype(np.int64), empty_runs(states))
 
     def _key(self, entry: TimedValue) -> Any:
         return (entry[0], order_key(entry[1]))

@@ -11,8 +11,9 @@ every merge's ``delta`` would carry that error into the moments at first order. 
 powers would be O(1) per run, but they cancel catastrophically far from zero. Prefix counts
 of NaN and ±inf give Spark's NaN rule.
 
-Building is O(n), each run O(log n); the results follow the rules of
-:mod:`timetile.core.aggregators.moments` (:func:`moment_results`).
+Building is O(n), each run O(log n). The moments of a run are a column of states
+(:class:`~timetile.core.aggregators.columnar.RunMoments`); the results are the moment
+aggregators' own (their ``finalize_many``).
 """
 
 from __future__ import annotations
@@ -23,12 +24,9 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from timetile.core.aggregators.moments import Moments, merge_moments, skew_spread
-from timetile.core.aggregators.ordering import canonical_array
-from timetile.core.kernels.sweep import Bools, Floats, Int64s
-
-#: The ops :func:`moment_results` finalizes.
-MOMENT_OPS = frozenset({"variance", "stddev", "skew", "kurtosis"})
+from timetile.core.aggregators.columnar import RunMoments
+from timetile.core.aggregators.moments import Moments, merge_moments
+from timetile.core.kernels.sweep import Floats, Int64s
 
 _NO_MOMENTS: Moments = (0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
@@ -49,21 +47,6 @@ class MomentTree(NamedTuple):
     m3s: Floats
     m4s: Floats
     nonfinite: Int64s
-
-
-class RunMoments(NamedTuple):
-    """The moments of each run, as :func:`window_moments` returns them.
-
-    ``sizes`` counts every value of a run and ``nonfinite`` its NaN and ±inf. The moment
-    sums are those of its finite values, and 0.0 for a run of fewer than two values or with
-    a NaN or ±inf (whose results the counts decide).
-    """
-
-    sizes: Int64s
-    nonfinite: Int64s
-    m2: Floats
-    m3: Floats
-    m4: Floats
 
 
 @numba.njit(cache=True)
@@ -144,36 +127,6 @@ def window_moments(tree: MomentTree, lows: Int64s, highs: Int64s) -> RunMoments:
     nodes = (tree.counts, tree.means, tree.means_low, tree.m2s, tree.m3s, tree.m4s)
     m2, m3, m4 = _window_moments(nodes, tree.nonfinite, lows, highs)
     return RunMoments(highs - lows, tree.nonfinite[highs] - tree.nonfinite[lows], m2, m3, m4)
-
-
-def moment_results(op: str, runs: RunMoments) -> tuple[Floats, Bools]:
-    """Return ``op`` of each run, and whether it is null, by the rules of the core moments.
-
-    ``variance`` (Spark's ``var_samp``) and ``stddev``: null below two values, NaN with any
-    NaN or ±inf, inf when the squares of finite values overflowed, else ``m2 / (n - 1)``.
-    ``skew`` and ``kurtosis``: null without values, NaN with any NaN or ±inf, null for
-    constant data (``m2`` exactly 0), else ``sqrt(n) * m3 / m2**1.5`` (by
-    :func:`~timetile.core.aggregators.moments.skew_spread`) and ``n * m4 / m2**2 - 3`` with
-    IEEE division. Results are canonical (no ``-0.0``, every NaN
-    the positive one), as the core's are. O(q), vectorized.
-    """
-    finite = (runs.sizes - runs.nonfinite).astype(np.float64)
-    with np.errstate(all="ignore"):
-        if op in ("variance", "stddev"):
-            null = runs.sizes < 2
-            results = np.where(np.isnan(runs.m2), np.inf, runs.m2 / np.maximum(finite - 1, 1))
-            if op == "stddev":
-                results = np.sqrt(results)
-        elif op == "skew":
-            null = (runs.sizes == 0) | ((runs.nonfinite == 0) & (runs.m2 == 0.0))
-            results = np.sqrt(finite) * runs.m3 / skew_spread(runs.m2)
-        elif op == "kurtosis":
-            null = (runs.sizes == 0) | ((runs.nonfinite == 0) & (runs.m2 == 0.0))
-            results = finite * runs.m4 / (runs.m2 * runs.m2) - 3.0
-        else:
-            raise ValueError(f"{op!r} is not a moment op: use one of {sorted(MOMENT_OPS)}")
-    # 0/0 and inf/inf give a NaN with its sign bit set: canonical, as the core's results
-    return canonical_array(np.where(runs.nonfinite > 0, np.nan, results)), null
 
 
 def check_moment_tree(tree: MomentTree, values: Floats) -> None:

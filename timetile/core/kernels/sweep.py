@@ -28,12 +28,13 @@ of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
+from timetile.core.aggregators.columnar import RunSums
 from timetile.core.aggregators.exact import (
     MAX_PARTIALS,
     exact_float_sum,
@@ -41,6 +42,7 @@ from timetile.core.aggregators.exact import (
     scaled_to_float,
     two_sum,
 )
+from timetile.core.aggregators.ordering import value_above
 
 Int64s = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -150,16 +152,17 @@ def _prefix_double_double(values: Floats
 
 def window_sums(values: Floats, lows: Int64s, highs: Int64s,
                 prefix: FloatPrefixSums | None = None) -> Floats:
-    """Spark's ``sum`` of each run ``values[lo:hi]`` of doubles (0.0 for empty runs).
+    """Return the sum of the finite values of each run ``values[lo:hi]`` (0.0 if none).
 
-    ``prefix`` is ``float_prefix_sums(values)``, computed here when not given: a caller with
-    several sets of runs over one column (one per window) passes it to each. Each sum is the
-    run's exact sum correctly rounded. O(q) with ``prefix``, plus the length of each run whose
-    sum lies too near a rounding boundary to tell from the prefixes, summed again exactly
-    (see the module docstring).
+    NaN and ±inf are left out: :func:`run_sums` counts them, and ``Sum``'s rules decide
+    what they make of the sum. ``prefix`` is ``float_prefix_sums(values)``, computed here
+    when not given: a caller with several sets of runs over one column (one per window)
+    passes it to each. Each sum is the exact sum correctly rounded. O(q) with ``prefix``,
+    plus the length of each run whose sum lies too near a rounding boundary to tell from the
+    prefixes, summed again exactly (see the module docstring).
 
     >>> window_sums(np.array([1.0, np.inf, 2.0, np.nan]), np.array([0, 0, 2]), np.array([1, 3, 4]))
-    array([ 1., inf, nan])
+    array([1., 3., 2.])
     >>> huge = np.array([1e308, 1e308, 1.0, 1e30, 1.0, 1e-20])  # overflow, then magnitudes
     >>> window_sums(huge, np.array([2, 5]), np.array([3, 6]))
     array([1.e+00, 1.e-20])
@@ -167,17 +170,31 @@ def window_sums(values: Floats, lows: Int64s, highs: Int64s,
     if prefix is None:
         prefix = float_prefix_sums(values)
     assert len(prefix.high) == len(values) + 1, "prefix sums of other values"
-    sums, refused = _window_sums(values, *prefix, lows, highs)
+    sums, refused = _window_sums(values, prefix.high, prefix.low, prefix.slack, lows, highs)
     for query in np.flatnonzero(refused):  # beyond the double range on the way: no range
         run = values[lows[query]:highs[query]]
         sums[query] = scaled_to_float(exact_float_sum(run[np.isfinite(run)]))
     return sums
 
 
+def run_sums(values: Floats, lows: Int64s, highs: Int64s,
+             prefix: FloatPrefixSums | None = None) -> RunSums:
+    """Return each run's sum state: count, :func:`window_sums`, NaN and ±inf counts.
+
+    What ``Sum`` and ``Avg`` finalize a column of runs from (their ``finalize_many``). O(q)
+    with ``prefix``, as :func:`window_sums`.
+    """
+    if prefix is None:
+        prefix = float_prefix_sums(values)
+    return RunSums(highs - lows, window_sums(values, lows, highs, prefix),
+                   prefix.nans[highs] - prefix.nans[lows],
+                   prefix.positive[highs] - prefix.positive[lows],
+                   prefix.negative[highs] - prefix.negative[lows])
+
+
 @numba.njit(cache=True)
 def _window_sums(  # noqa: PLR0917  (numba kernels take positional arrays)
-        values: Floats, high: Floats, low: Floats, slack: Floats, nans: Int64s,
-        positive: Int64s, negative: Int64s, lows: Int64s, highs: Int64s,
+        values: Floats, high: Floats, low: Floats, slack: Floats, lows: Int64s, highs: Int64s,
 ) -> tuple[Floats, Bools]:
     """:func:`window_sums`, compiled: the sums, and the runs it leaves to exact integers.
 
@@ -199,14 +216,6 @@ def _window_sums(  # noqa: PLR0917  (numba kernels take positional arrays)
         lo, hi = lows[query], highs[query]
         if hi <= lo:
             continue
-        has_positive = positive[hi] > positive[lo]
-        has_negative = negative[hi] > negative[lo]
-        if nans[hi] > nans[lo] or (has_positive and has_negative):
-            sums[query] = np.nan
-            continue
-        if has_positive or has_negative:
-            sums[query] = np.inf if has_positive else -np.inf
-            continue
         high_run, high_error = two_sum(high[hi], -high[lo])
         low_run, low_error = two_sum(low[hi], -low[lo])
         head, tail = two_sum(high_run, low_run)
@@ -225,40 +234,28 @@ def _window_sums(  # noqa: PLR0917  (numba kernels take positional arrays)
     return sums, refused
 
 
-def int_prefix_sums(values: Int64s) -> Int64s:
-    """Return the exact prefix sums of 64-bit integers (length n + 1), in int64; O(n).
+def int_prefix_sums(values: Int64s) -> npt.NDArray[np.int64 | np.object_]:
+    """Return the exact prefix sums of 64-bit integers (length n + 1); O(n).
 
-    Raises:
-        OverflowError: when a prefix could leave the int64 range (callers fall back to
-            Python integers).
+    In int64 where no prefix can leave its range (n times the largest magnitude below
+    2^62), else as Python integers in an object array: exact either way.
 
+    >>> int_prefix_sums(np.array([2**62, 2**62])).tolist()
+    [0, 4611686018427387904, 9223372036854775808]
     """
     if len(values) and max(-int(values.min()), int(values.max())) * len(values) >= 2**62:
-        raise OverflowError("integer prefix sums could overflow int64")
+        exact: npt.NDArray[np.object_] = np.concatenate([[0], np.cumsum(values.astype(object))])
+        return exact
     prefix: Int64s = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
     return prefix
 
 
-def window_int_sums(values: Int64s, lows: Int64s, highs: Int64s) -> Int64s:
-    """Exact ``sum`` of each run of 64-bit integers; see :func:`int_prefix_sums`.
-
-    Raises:
-        OverflowError: when a prefix could leave the int64 range (callers fall back).
-
-    """
-    prefix = int_prefix_sums(values)
-    sums: Int64s = prefix[highs] - prefix[lows]
+def window_int_sums(values: Int64s, lows: Int64s,
+                    highs: Int64s) -> npt.NDArray[np.int64 | np.object_]:
+    """Exact ``sum`` of each run of 64-bit integers; see :func:`int_prefix_sums`."""
+    prefix: npt.NDArray[Any] = int_prefix_sums(values)
+    sums: npt.NDArray[np.int64 | np.object_] = prefix[highs] - prefix[lows]
     return sums
-
-
-@numba.njit(cache=True)
-def _above(a: float, b: float) -> bool:
-    """Tell whether ``a > b`` in Spark's order of doubles: NaN above every number."""
-    if np.isnan(a):
-        return not np.isnan(b)
-    if np.isnan(b):
-        return False
-    return a > b
 
 
 @numba.njit(cache=True)
@@ -283,7 +280,7 @@ def window_extremes(  # noqa: PLR0917  (numba kernels take positional arrays)
                 value = values[pushed]
                 while tail > head:
                     back = values[deque[tail - 1]]
-                    better = _above(value, back) if largest else _above(back, value)
+                    better = value_above(value, back) if largest else value_above(back, value)
                     if better or value == back or (np.isnan(value) and np.isnan(back)):
                         tail -= 1
                     else:

@@ -30,7 +30,7 @@ from pyspark.sql import types as T
 from timetile.api.windows import window_spec
 from timetile.core.entity_state import EntityFeature, EntityReplay
 from timetile.core.timeutil import DAY_MS
-from timetile.offline.executors.reference import build_aggregator, feature_fields
+from timetile.offline.executors.features import build_aggregator, feature_fields
 from timetile.offline.plan import EntityPartPlan, ExecutorOptions
 from timetile.spark.entities import DAY, IS_BEFORE, MUTATION_TIME
 from timetile.spark.result_types import arrow_column, arrow_schema
@@ -76,7 +76,8 @@ class EntityPass:
             features.append(EntityFeature(
                 self.row_columns.index(feature.aggregation.column), aggregator,
                 feature.input_type.numpy_dtype, window_spec(feature.window),
-                None if feature.bucket is None else self.row_columns.index(feature.bucket)))
+                None if feature.bucket is None else self.row_columns.index(feature.bucket),
+                feature.name))
         return EntityReplay(features, self.lookup, self.order)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -23,8 +23,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from timetile.core.aggregators import Aggregator
+from timetile.core.aggregators.base import ResultOverflowError
 from timetile.core.tiling import QueryTiling
-from timetile.offline.executors.reference import feature_values, output_schema
+from timetile.offline.executors.features import feature_values, output_schema, refused
 from timetile.offline.executors.tiled import TiledLayout
 from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
 from timetile.spark.result_types import arrow_schema, arrow_value
@@ -147,12 +148,15 @@ class TilingMerge:
             for name, value in zip(self.layout.keys, key_values[key_id], strict=True):
                 rows[name].append(value)
             rows[TIME].append(int(index.times[first + position]))
-            for f, feature in enumerate(self.layout.features):
-                a = self.layout.feature_aggregator[f]
-                slot = a * windows + self.layout.feature_window[f]
-                aggregator = aggregators[a]
-                state = leaves[slot][position] if slot in leaves else aggregator.init()
-                rows[feature.name].append(arrow_value(aggregator.finalize(state)))
+            try:
+                for f, feature in enumerate(self.layout.features):
+                    a = self.layout.feature_aggregator[f]
+                    slot = a * windows + self.layout.feature_window[f]
+                    aggregator = aggregators[a]
+                    state = leaves[slot][position] if slot in leaves else aggregator.init()
+                    rows[feature.name].append(arrow_value(aggregator.finalize(state)))
+            except ResultOverflowError as error:
+                raise refused(feature, error) from None
 
 
 _NAN_KEY = ("timetile", "NaN")  # stands for a NaN key part: NaN != NaN would defeat lookups

@@ -10,7 +10,6 @@ engine (DESIGN §4) is the fast path, this is the simple one it is checked again
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,50 +18,16 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from timetile.core.aggregators import Aggregator, Bucketed, bucketed_values, make_aggregator
 from timetile.core.reference import aggregate_windows
-from timetile.core.types import ValueType
-from timetile.offline.plan import ExecutorOptions, Feature, PartPlan, query_bounds
-from timetile.spark.result_types import arrow_column, arrow_schema, spark_type
+from timetile.offline.executors.features import (
+    build_aggregator,
+    feature_values,
+    finalizing,
+    output_schema,
+)
+from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
+from timetile.spark.result_types import arrow_column, arrow_schema
 from timetile.spark.sources import TIME
-
-
-def build_aggregator(feature: Feature) -> Aggregator[Any]:
-    """Return the aggregator of one feature: :class:`Bucketed` around the op's if bucketed."""
-    aggregation = feature.aggregation
-    aggregator = make_aggregator(aggregation.op, feature.input_type, k=aggregation.k,
-                                 percentiles=aggregation.percentiles)
-    return aggregator if feature.bucket is None else Bucketed(aggregator)
-
-
-def non_null(column: pa.ChunkedArray | pa.Array, times: np.ndarray,
-             value_type: ValueType) -> tuple[np.ndarray, np.ndarray]:
-    """Return the non-null values of an Arrow column as numpy, with their times."""
-    valid = pc.is_valid(column)
-    kept = pc.filter(column, valid)
-    values = kept.to_numpy(zero_copy_only=False)
-    if value_type.numeric or value_type is ValueType.BOOL:
-        values = values.astype(value_type.numpy_dtype, copy=False)
-    mask = valid.to_numpy(zero_copy_only=False)
-    return values, times[mask]
-
-
-def feature_values(events: pa.Table, feature: Feature,
-                   times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Return the values that a feature's aggregator folds, with their times.
-
-    Rows with a null value are dropped; for a bucketed feature, rows with a null bucket too,
-    and the values come paired with their buckets (:func:`bucketed_values`).
-    """
-    column = events.column(feature.aggregation.column)
-    if feature.bucket is None:
-        return non_null(column, times, feature.input_type)
-    buckets = events.column(feature.bucket)
-    both = pc.and_(pc.is_valid(column), pc.is_valid(buckets))
-    values, kept_times = non_null(pc.filter(column, both), times[both.to_numpy(
-        zero_copy_only=False)], feature.input_type)
-    kept_buckets = pc.filter(buckets, both).to_numpy(zero_copy_only=False)
-    return bucketed_values(kept_buckets, values, feature.input_type), kept_times
 
 
 class KeyGroupEvaluator:
@@ -93,21 +58,10 @@ class KeyGroupEvaluator:
             aggregator = build_aggregator(feature)
             values, times = columns[column]
             starts, ends = bounds[feature.window]
-            results = aggregate_windows(aggregator, times, values, starts, ends)
+            with finalizing(feature):
+                results = aggregate_windows(aggregator, times, values, starts, ends)
             arrays.append(arrow_column(aggregator, results))
         return pa.Table.from_arrays(arrays, schema=self.output_schema)
-
-
-def feature_fields(features: Sequence[Feature]) -> list[T.StructField]:
-    """Return one nullable output field per feature, in order."""
-    return [T.StructField(feature.name, spark_type(build_aggregator(feature).result_type()),
-                          nullable=True) for feature in features]
-
-
-def output_schema(plan: PartPlan, queries: DataFrame) -> T.StructType:
-    """Keys and time of the queries, then one column per feature."""
-    return T.StructType([*(queries.schema[name] for name in (*plan.keys, TIME)),
-                         *feature_fields(plan.features)])
 
 
 def reference_features(plan: PartPlan, queries: DataFrame,

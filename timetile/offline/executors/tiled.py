@@ -39,6 +39,7 @@ from pyspark.sql import types as T
 
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Aggregator
+from timetile.core.aggregators.base import ResultOverflowError
 from timetile.core.tiling import (
     choose_hop,
     prefix_states,
@@ -48,8 +49,13 @@ from timetile.core.tiling import (
 )
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.core.windows import WindowKind, window_span
+from timetile.offline.executors.features import (
+    build_aggregator,
+    feature_values,
+    output_schema,
+    refused,
+)
 from timetile.offline.executors.partial_store import EPOCH_DAY, PartialStore, day_label
-from timetile.offline.executors.reference import build_aggregator, feature_values, output_schema
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.spark.result_types import arrow_schema, arrow_value
 from timetile.spark.sorted_groups import Rows, map_groups, sorted_by_groups
@@ -349,7 +355,10 @@ class Assembly:
                     windows, state_lists[self.layout.feature_aggregator[index]], strict=True):
                 if row_window == window and data is not None:
                     state = aggregator.merge(state, aggregator.from_bytes(data))
-            rows[feature.name].append(arrow_value(aggregator.finalize(state)))
+            try:
+                rows[feature.name].append(arrow_value(aggregator.finalize(state)))
+            except ResultOverflowError as error:
+                raise refused(feature, error) from None
 
 
 def _binary_fields(layout: TiledLayout) -> list[T.StructField]:

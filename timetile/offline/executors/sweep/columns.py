@@ -2,48 +2,62 @@
 
 :class:`SweptColumn` holds one value column of the table (its non-null values, in time order
 within each group) with the queries' times, and computes once what several features read:
-each query's run of values per window, sums, moments, value ranks, the values in event
-order. :func:`feature_result` turns them into one feature's column of results, by the
-kernels of :mod:`timetile.core.kernels`. No Spark here: :mod:`.sweep_executor` feeds it the
-tables ``mapInArrow`` hands over.
+each query's run of values per window, and the column of states each op finalizes from
+(:mod:`timetile.core.aggregators.columnar`): sums, moments, extremes, value ranks, the
+values in event order. :func:`feature_result` asks the feature's aggregator for its results
+(its ``finalize_many``: the op's rules are its class's, not the sweep's) and builds their
+Arrow column. No Spark here: :mod:`.executor` feeds it the tables ``mapInArrow`` hands over.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from timetile.api.windows import Window
-from timetile.core.aggregators.ordering import canonical_array
-from timetile.core.kernels.moment_tree import (
-    MOMENT_OPS,
-    MomentTree,
+from timetile.core.aggregators import Aggregator
+from timetile.core.aggregators.columnar import (
+    Counted,
+    Finalized,
+    Lists,
+    Picks,
+    RankedRuns,
+    RunExtremes,
     RunMoments,
-    moment_results,
-    moment_tree,
-    window_moments,
+    Runs,
+    RunSums,
+    Scalars,
 )
-from timetile.core.kernels.multisets import (
-    window_distinct_counts,
-    window_histograms,
-    window_top_k,
-)
+from timetile.core.aggregators.extremes import ValueExtreme
+from timetile.core.aggregators.ordering import canonical_array
+from timetile.core.kernels.moment_tree import MomentTree, moment_tree, window_moments
 from timetile.core.kernels.sweep import (
     FloatPrefixSums,
     float_prefix_sums,
     int_prefix_sums,
+    run_sums,
     window_extremes,
     window_runs,
-    window_sums,
 )
 from timetile.core.types import ValueType
+from timetile.offline.executors.features import finalizing, op_aggregator
 from timetile.offline.plan import Feature, query_bounds
 
-#: The ops that read values by event order: equal times are ordered by value.
-EVENT_ORDER_OPS = ("first", "last", "first_k", "last_k")
-#: The ops that read each run as a multiset of value ranks (:meth:`SweptColumn.value_ranks`).
-VALUE_RANK_OPS = ("unique_count", "histogram", "top_k", "bottom_k")
+_NUMBERS = frozenset({ValueType.INT, ValueType.FLOAT})
+#: The columns of states the sweep computes (an aggregator's ``columnar``), and the column
+#: types it computes each for: an op whose aggregator finalizes one of these, over a type
+#: listed, is an op the sweep computes. Each reads only the non-null values of its column.
+SWEPT_STATES: Mapping[type, frozenset[ValueType]] = {
+    Runs: frozenset(ValueType),
+    RankedRuns: frozenset(ValueType),
+    RunSums: _NUMBERS,
+    RunMoments: _NUMBERS,
+    RunExtremes: _NUMBERS,
+}
 #: The most entries one Arrow list or map array holds: its offsets are int32.
 ARROW_LIST_LIMIT = 2**31 - 1
 
@@ -94,7 +108,8 @@ class SweptColumn:
         self._runs: dict[Window | None, tuple[np.ndarray, np.ndarray]] = {}
         self._float_prefix: FloatPrefixSums | None = None
         self._int_prefix: np.ndarray | None = None  # int64, or Python integers
-        self._sums: dict[Window | None, np.ndarray] = {}
+        self._sums: dict[Window | None, RunSums] = {}
+        self._extremes: dict[tuple[Window | None, bool], RunExtremes] = {}
         self._moment_tree: MomentTree | None = None
         self._moments: dict[Window | None, RunMoments] = {}
         self._value_ranks: tuple[np.ndarray, pa.Array] | None = None
@@ -108,12 +123,12 @@ class SweptColumn:
                                              high_times.astype(np.int64))
         return self._runs[window]
 
-    def sums(self, window: Window | None) -> np.ndarray:
-        """Return the sum of each query's run in ``window``, 0 for an empty run.
+    def run_sums(self, window: Window | None) -> RunSums:
+        """Return the sum state of each query's run in ``window`` (``sum`` and ``avg``).
 
-        Once per window, for ``sum`` and ``avg`` both, from one set of prefix sums per
-        column (O(n), on first use), then O(q) per window. Integers are exact: in int64, or
-        where int64 could overflow in Python integers (an object array).
+        Once per window, for both, from one set of prefix sums per column (O(n), on first
+        use), then O(q) per window. Integers are exact: in int64, or where int64 could
+        overflow in Python integers (an object array); doubles correctly rounded.
         """
         if window not in self._sums:
             values, (lows, highs) = self.values, self.runs(window)
@@ -121,15 +136,14 @@ class SweptColumn:
             if values.dtype.kind == "f":
                 if self._float_prefix is None:
                     self._float_prefix = float_prefix_sums(values)
-                self._sums[window] = window_sums(values, lows, highs, self._float_prefix)
+                self._sums[window] = run_sums(values, lows, highs, self._float_prefix)
             else:
                 if self._int_prefix is None:
-                    try:
-                        self._int_prefix = int_prefix_sums(values)
-                    except OverflowError:  # exact Python integers instead
-                        self._int_prefix = np.concatenate(
-                            [[0], np.cumsum(values.astype(object))])
-                self._sums[window] = self._int_prefix[highs] - self._int_prefix[lows]
+                    self._int_prefix = int_prefix_sums(values)
+                none = np.zeros(len(lows), dtype=np.int64)
+                self._sums[window] = RunSums(highs - lows,
+                                             self._int_prefix[highs] - self._int_prefix[lows],
+                                             none, none, none)
         return self._sums[window]
 
     def moments(self, window: Window | None) -> RunMoments:
@@ -186,76 +200,103 @@ class SweptColumn:
         return self._in_event_order
 
 
+    def extremes(self, window: Window | None, largest: bool) -> RunExtremes:
+        """Return the greatest (or least) value of each query's run in ``window``; O(n + q)."""
+        if (window, largest) not in self._extremes:
+            assert self.values is not None  # a numeric column
+            lows, highs = self.runs(window)
+            self._extremes[window, largest] = RunExtremes(*window_extremes(
+                self.values, self.offsets, self.query_offsets, lows, highs, largest))
+        return self._extremes[window, largest]
+
+    def ranked_runs(self, window: Window | None) -> RankedRuns:
+        """Return each query's run in ``window`` over the values' ranks (:meth:`value_ranks`)."""
+        ranks, by_rank = self.value_ranks()
+        return RankedRuns(ranks, len(by_rank), self.offsets, self.query_offsets,
+                          *self.runs(window))
+
+    def states(self, aggregator: Aggregator[Any], window: Window | None) -> Any:
+        """Return the column of states ``aggregator`` finalizes from (its ``columnar``)."""
+        return _STATES[aggregator.columnar](self, window, aggregator)
+
+    def positions_of(self, kind: type | None) -> pa.Array:
+        """Return the values that finalized positions index, for a column of ``kind``.
+
+        Runs are over the values in event order; ranked runs over the distinct values.
+        """
+        return self.in_event_order() if kind is Runs else self.value_ranks()[1]
+
+
+def _extremes(column: SweptColumn, window: Window | None,
+              aggregator: Aggregator[Any]) -> RunExtremes:
+    assert isinstance(aggregator, ValueExtreme)
+    return column.extremes(window, aggregator.largest)
+
+
+#: How a :class:`SweptColumn` computes each column of states (see :meth:`SweptColumn.states`).
+_STATES: Mapping[type | None, Callable[[SweptColumn, Window | None, Aggregator[Any]], Any]] = {
+    Runs: lambda column, window, _: Runs(*column.runs(window)),
+    RunSums: lambda column, window, _: column.run_sums(window),
+    RunMoments: lambda column, window, _: column.moments(window),
+    RunExtremes: _extremes,
+    RankedRuns: lambda column, window, _: column.ranked_runs(window),
+}
+
+
 def feature_result(feature: Feature, column: SweptColumn) -> pa.Array:
-    """One feature's results, as Arrow, from its column's runs in its window."""
-    op = feature.aggregation.op
-    lows, highs = column.runs(feature.window)
-    counts = highs - lows
-    if op == "count":
-        return pa.array(counts, type=pa.int64())
-    if op in VALUE_RANK_OPS:
-        return _by_value_rank(op, feature.aggregation.k, column, lows, highs)
-    if op in EVENT_ORDER_OPS:
-        return _ends_of_runs(op, feature.aggregation.k, column.in_event_order(), lows, highs)
-    if op in MOMENT_OPS:
-        results, null = moment_results(op, column.moments(feature.window))
-        return pa.array(results, mask=null, type=pa.float64())
-    if op in ("min", "max"):
-        assert column.values is not None
-        extremes, empty = window_extremes(column.values, column.offsets, column.query_offsets,
-                                          lows, highs, op == "max")
-        return pa.array(canonical_array(extremes), mask=empty)
-    return _summed(feature, column.sums(feature.window), counts)
-
-
-def _summed(feature: Feature, sums: np.ndarray, counts: np.ndarray) -> pa.Array:
-    """``sum`` or ``avg`` of each query's run, from its sum and its count; null if empty.
+    """One feature's results, as Arrow: its aggregator's ``finalize_many`` of its states.
 
     Raises:
-        OverflowError: an integer ``sum`` past int64, as Spark SQL's raises
-            ``ARITHMETIC_OVERFLOW`` under ANSI mode, Spark 4's default (``avg`` is a
-            double: exact sums make it right).
+        ResultOverflowError: a result the op refuses (an integer sum past int64), naming
+            the feature.
 
     """
-    empty = counts == 0
-    op = feature.aggregation.op
-    if op == "sum":
-        if feature.input_type is ValueType.FLOAT:
-            return pa.array(sums, mask=empty, type=pa.float64())
-        try:
-            return pa.array(sums, mask=empty, type=pa.int64())
-        except OverflowError:
-            raise OverflowError(
-                f"{feature.name}: a window's sum of the integer column "
-                f"{feature.aggregation.column!r} is past int64, as Spark SQL's sum would be "
-                "(ARITHMETIC_OVERFLOW). Fix: cast the column to double in the source's select "
-                "(exact to 2^53, rounded past it)") from None
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = sums.astype(np.float64) / np.where(empty, 1, counts)
-    return pa.array(canonical_array(means), mask=empty, type=pa.float64())
+    aggregator = op_aggregator(feature)
+    with finalizing(feature):
+        finalized = aggregator.finalize_many(column.states(aggregator, feature.window))
+    return to_arrow(finalized, lambda: column.positions_of(aggregator.columnar),
+                    feature.aggregation.op)
 
 
-def _by_value_rank(op: str, k: int | None, column: SweptColumn, lows: np.ndarray,
-                   highs: np.ndarray) -> pa.Array:
-    """``op`` of each query's run ``[low, high)`` of ``column``'s values.
+def to_arrow(finalized: Finalized, positions_of: Callable[[], pa.Array], label: str) -> pa.Array:
+    """Return finalized results as an Arrow column; ``positions_of()`` gives what they index.
 
-    ``op`` is ``unique_count``, ``histogram``, ``top_k`` or ``bottom_k`` (with ``k``); an
-    empty run gives null, or 0 for ``unique_count``. See
-    :mod:`timetile.core.kernels.multisets` for the costs.
+    Scalars as they are; picks, lists and maps of positions as the values at those positions
+    (read only for those forms). ``label`` names the op in the error of a list too long.
     """
-    ranks, by_rank = column.value_ranks()
-    runs = (ranks, len(by_rank), column.offsets, column.query_offsets, lows, highs)
-    if op == "unique_count":
-        return pa.array(window_distinct_counts(*runs), type=pa.int64())
-    empty = pa.array(highs == lows)
-    if op == "histogram":
-        offsets, held, multiplicities = window_histograms(*runs)
-        return pa.MapArray.from_arrays(list_offsets(offsets, op), by_rank.take(held),
-                                       pa.array(multiplicities), mask=empty)
-    assert k is not None
-    offsets, chosen = window_top_k(*runs, k, op == "top_k")
-    return pa.ListArray.from_arrays(list_offsets(offsets, op), by_rank.take(chosen),
-                                    mask=empty)
+    return _ARROW[type(finalized)](finalized, positions_of, label)
+
+
+def _scalars(result: Finalized, positions_of: Callable[[], pa.Array], label: str) -> pa.Array:
+    del positions_of, label
+    assert isinstance(result, Scalars)
+    return pa.array(result.values, mask=result.null)
+
+
+def _picks(result: Finalized, positions_of: Callable[[], pa.Array], label: str) -> pa.Array:
+    del label
+    assert isinstance(result, Picks)
+    return positions_of().take(pa.array(result.positions, mask=result.null))
+
+
+def _lists(result: Finalized, positions_of: Callable[[], pa.Array], label: str) -> pa.Array:
+    assert isinstance(result, Lists)
+    return pa.ListArray.from_arrays(list_offsets(result.offsets, label),
+                                    positions_of().take(pa.array(result.positions)),
+                                    mask=pa.array(result.null))
+
+
+def _counted(result: Finalized, positions_of: Callable[[], pa.Array], label: str) -> pa.Array:
+    assert isinstance(result, Counted)
+    return pa.MapArray.from_arrays(list_offsets(result.offsets, label),
+                                   positions_of().take(pa.array(result.positions)),
+                                   pa.array(result.counts), mask=pa.array(result.null))
+
+
+#: How each form of finalized results becomes an Arrow column.
+_ARROW: Mapping[type, Callable[[Finalized, Callable[[], pa.Array], str], pa.Array]] = {
+    Scalars: _scalars, Picks: _picks, Lists: _lists, Counted: _counted,
+}
 
 
 def list_offsets(offsets: np.ndarray, op: str, *, bucketed: bool = False) -> pa.Array:
@@ -276,26 +317,3 @@ def list_offsets(offsets: np.ndarray, op: str, *, bucketed: bool = False) -> pa.
     return pa.array(offsets, type=pa.int32())
 
 
-def _ends_of_runs(op: str, k: int | None, values: pa.Array, lows: np.ndarray,
-                  highs: np.ndarray) -> pa.Array:
-    """Return ``op`` over each query's run ``[low, high)`` of ``values``, in event order.
-
-    ``op`` is ``first``, ``last``, ``first_k`` or ``last_k``; an empty run gives null.
-    O(queries · k), vectorized.
-    """
-    empty = highs == lows
-    if op in ("first", "last"):
-        picked = np.where(empty, 0, lows if op == "first" else highs - 1)
-        return values.take(pa.array(picked, mask=empty))
-    assert k is not None
-    if op == "first_k":  # the k earliest, earliest first
-        starts, ends = lows, np.minimum(highs, lows + k)
-    else:  # the k most recent, most recent first
-        starts, ends = np.maximum(lows, highs - k), highs
-    lengths = ends - starts
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
-    flat = (np.repeat(starts, lengths) + within if op == "first_k"
-            else np.repeat(ends - 1, lengths) - within)
-    return pa.ListArray.from_arrays(list_offsets(offsets, op), values.take(pa.array(flat)),
-                                    mask=pa.array(empty))

@@ -10,8 +10,7 @@ picks it when every aggregation of a part is one of :data:`SWEEP_OPS` over a typ
 (``count``, ``first``, ``last``, ``first_k`` and ``last_k`` of any column; ``sum``, ``avg``,
 ``min``, ``max``, ``variance``, ``stddev``, ``skew`` and ``kurtosis`` of a number;
 ``unique_count``, ``histogram``, ``top_k`` and ``bottom_k`` of any column), bucketed or
-not (:mod:`timetile.offline.executors.sweep.buckets`); ``executor="tiled"`` forces the skew-bounded
-path.
+not (:mod:`.buckets`); ``executor="tiled"`` forces the skew-bounded path.
 
 This module is the Spark side; the arithmetic on each table of whole keys is in
 :mod:`.columns` (and :mod:`.buckets` for bucketed features). Columns of the queries beyond
@@ -33,13 +32,13 @@ from pyspark.sql import types as T
 
 from timetile.api.group_by import IDENTIFIER, RESERVED_PREFIX
 from timetile.api.windows import Window
+from timetile.core.aggregators import OPS
 from timetile.core.kernels.sweep import time_order
 from timetile.core.types import ValueType
-from timetile.offline.executors.reference import feature_fields
+from timetile.offline.executors.features import feature_fields
 from timetile.offline.executors.sweep.buckets import BucketedColumn
 from timetile.offline.executors.sweep.columns import (
-    EVENT_ORDER_OPS,
-    VALUE_RANK_OPS,
+    SWEPT_STATES,
     SweptColumn,
     feature_result,
     group_offsets,
@@ -50,14 +49,16 @@ from timetile.spark.result_types import arrow_schema
 from timetile.spark.sorted_groups import group_starts, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME
 
-_NUMBERS = frozenset({ValueType.INT, ValueType.FLOAT})
-#: The ops the sweep computes, and the column types each accepts. Each reads only the non-null
-#: values of its column: the sweep leaves events without values behind and takes a row
-#: without values for a query, so an op that counted null rows could not join this list.
+#: The ops the sweep computes, and the column types each accepts: those whose aggregator
+#: finalizes a column of states the sweep computes (:data:`~.columns.SWEPT_STATES`), read
+#: from the two declarations, not listed again. Each reads only the non-null values of its
+#: column: the sweep leaves events without values behind and takes a row without values for
+#: a query, so an op that counted null rows could not join this list.
 SWEEP_OPS: dict[str, frozenset[ValueType]] = {
-    **dict.fromkeys(("sum", "avg", "min", "max", "variance", "stddev", "skew", "kurtosis"),
-                    _NUMBERS),
-    **dict.fromkeys(("count", *EVENT_ORDER_OPS, *VALUE_RANK_OPS), frozenset(ValueType)),
+    name: SWEPT_STATES[columnar] & frozenset(
+        kind for kind in ValueType if kind.numeric or not spec.numeric_only)
+    for name, spec in OPS.items()
+    if (columnar := spec.factory.columnar) is not None and columnar in SWEPT_STATES
 }
 
 
