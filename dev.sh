@@ -2,7 +2,8 @@
 # timetile's one entry point for a fresh Debian/Ubuntu machine with Python 3.10+.
 #
 #   ./dev.sh demo   set up, then generate demo data, backfill it on local Spark, show rows
-#   ./dev.sh test   set up, then run ruff, mypy and the whole pytest suite
+#   ./dev.sh test   set up, then run ruff, mypy and the whole pytest suite (arguments go to
+#                   pytest: ./dev.sh test -m "not spark" is the fast lane, without Spark)
 #   ./dev.sh setup  only set up
 #
 # Setting up installs what is missing and nothing else: a JDK (openjdk-17-jre-headless) and
@@ -48,15 +49,76 @@ setup() {
     fi
 }
 
-# numba's on-disk cache keys a kernel on its own file only: a kernel that inlines a function
-# of another file (the moment tree inlines core/aggregators/moments.py) would keep a stale
-# copy after that file changes. Clear timetile's kernel caches when any of its files is newer.
+# numba's on-disk cache (cache=True) checks a kernel against its own file only: a kernel that
+# compiles in code of another file (the moment tree inlines core/aggregators/moments.py, the
+# sweep calls exact.py's two_sum) would keep a stale copy after that file changes. So clear the
+# caches of a file that uses numba when a timetile file it imports, directly or through others,
+# changed since the last run began; edits anywhere else keep them.
 clear_stale_kernels() {
-    local stamp="$VENV/.timetile-kernels"
-    if [ ! -f "$stamp" ] || [ -n "$(find timetile -name '*.py' -newer "$stamp" -print -quit)" ]; then
-        find timetile -name '*.nbi' -delete -o -name '*.nbc' -delete
-        touch "$stamp"
-    fi
+    "$VENV/bin/python" - "$VENV/.timetile-kernels" <<'PY'
+import ast
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+stamp = Path(sys.argv[1])
+began = time.time()
+last = stamp.stat().st_mtime if stamp.is_file() else None
+
+
+def module_file(name: str) -> Path | None:
+    path = Path(*name.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported(path: Path) -> set[Path]:
+    """The timetile files ``path`` imports; ``from X import name`` of a submodule is its file."""
+    package = list(path.parent.parts)
+    found: set[Path] = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[:len(package) + 1 - node.level], node.module or ""]
+                            if node.level else [node.module or ""]).strip(".")
+            names = [f"{base}.{alias.name}" if module_file(f"{base}.{alias.name}") else base
+                     for alias in node.names]
+        else:
+            continue
+        found |= {file for name in names if name.split(".")[0] == "timetile"
+                  and (file := module_file(name)) is not None}
+    return found
+
+
+def closure(path: Path) -> set[Path]:
+    seen, todo = {path}, [path]
+    while todo:
+        for file in imported(todo.pop()) - seen:
+            seen.add(file)
+            todo.append(file)
+    return seen - {path}
+
+
+for kernel in sorted(Path("timetile").rglob("*.py")):
+    if not re.search(r"^\s*(import|from) numba\b", kernel.read_text(encoding="utf-8"), re.M):
+        continue
+    changed = sorted(str(dep) for dep in closure(kernel)
+                     if last is None or dep.stat().st_mtime > last)
+    caches = [path for suffix in ("nbi", "nbc")
+              for path in kernel.parent.glob(f"__pycache__/{kernel.stem}.*.{suffix}")]
+    if changed and caches:
+        print(f"clearing the numba caches of {kernel}: "
+              + ("first run" if last is None else f"{', '.join(changed)} changed"))
+        for cache in caches:
+            cache.unlink(missing_ok=True)
+stamp.touch()
+os.utime(stamp, (began, began))
+PY
 }
 
 run_tests() {
@@ -66,7 +128,9 @@ run_tests() {
     say "mypy"
     "$VENV/bin/mypy"
     say "pytest"
-    "$VENV/bin/pytest" "$@"
+    # On TEST_WORKERS processes (pytest-xdist, 2 by default, 0 for one process), each with its
+    # own SparkSession; a module runs whole on one worker, so its module fixtures run once.
+    "$VENV/bin/pytest" -n "${TEST_WORKERS:-2}" --dist loadscope "$@"
 }
 
 command=${1:-help}

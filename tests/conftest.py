@@ -1,13 +1,21 @@
-"""One SparkSession for the whole test session: small, local, two cores."""
+"""One SparkSession per test process: small, local, two cores.
+
+Under pytest-xdist (``-n``) every worker is a process of its own, so each starts its own
+session, its own redis-server and its own temporary folders: nothing is shared but the
+numba caches (written atomically) and hypothesis' example database.
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+# CI (the CI variable set) runs twice the examples of a laptop run.
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -16,11 +24,26 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """The session-wide local SparkSession (2 threads, 2 shuffle partitions)."""
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """This process's local SparkSession (2 threads, 2 shuffle partitions).
+
+    Its warehouse (where ``CREATE DATABASE`` without a location writes) is a temporary
+    folder of this process, not ``spark-warehouse`` in the current folder, which every
+    worker of a parallel run would share.
+    """
     from timetile.spark.session import local_session
 
-    session = local_session("timetile-tests", cores=2, shuffle_partitions=2)
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (
+        f"--conf {shlex.quote(f'spark.sql.warehouse.dir={warehouse}')} pyspark-shell")
+    try:
+        session = local_session("timetile-tests", cores=2, shuffle_partitions=2)
+    finally:
+        if previous is None:
+            del os.environ["PYSPARK_SUBMIT_ARGS"]
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = previous
     yield session
     session.stop()
 
@@ -34,3 +57,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+
+
+def _spark_started() -> bool:
+    """Whether this process has launched Spark's JVM (it stays up after a session stops)."""
+    pyspark = sys.modules.get("pyspark")
+    context = getattr(pyspark, "SparkContext", None)
+    return context is not None and context._gateway is not None
+
+
+@pytest.fixture(autouse=True)
+def _spark_only_where_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test not marked ``spark`` that starts Spark in this process all the same.
+
+    It would slow the fast lane down by a JVM's start and hide among the tests that start no
+    Spark. Checked where Spark is not yet up (always, in ``-m "not spark"``).
+    """
+    if request.node.get_closest_marker("spark") is not None or _spark_started():
+        yield
+        return
+    yield
+    if _spark_started():
+        pytest.fail("this test started Spark without the spark fixture: ask for it (which "
+                    "marks it spark) or keep Spark out of it", pytrace=False)

@@ -1,7 +1,9 @@
-"""The command line, in-process with typer's CliRunner, on the session-wide SparkSession.
+"""The command line, in-process with typer's CliRunner.
 
-The CLI uses the active session when there is one, so every test here shares the ``spark``
-fixture's session and never starts (or stops) another.
+The CLI uses the active session when there is one, so the tests whose command runs a Spark
+job ask for the ``spark`` fixture and share its session (never starting or stopping
+another); the rest (help, argument and definition errors, serve, fetch) start no Spark, so
+they run in the fast lane (``-m "not spark"``), where starting Spark would fail them.
 """
 
 from __future__ import annotations
@@ -13,18 +15,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from timetile import __version__
 from timetile.cli.app import app
-from timetile.offline.backfill import EXECUTORS
+from timetile.offline.backfill import CHOOSABLE
 from timetile.offline.options import EXECUTOR_NAMES
 from timetile.spark.sources import literal_path
 from timetile.store.kv import open_store
-
-pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
 DAY = 86_400_000
 HOUR = 3_600_000
@@ -54,8 +56,12 @@ same_model = tiny_model
 
 
 @pytest.fixture(scope="module")
-def data(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Paths:
-    """Views and checkouts as Parquet: a null-time checkout and a duplicate among them."""
+def data(tmp_path_factory: pytest.TempPathFactory) -> Paths:
+    """Views and checkouts as Parquet: a null-time checkout and a duplicate among them.
+
+    Written with pyarrow as Spark writes a folder (one part file and ``_SUCCESS``), so the
+    tests that start no Spark can use them too.
+    """
     root = tmp_path_factory.mktemp("cli-data")
     views = [
         (1, 10, JAN_1 + 1 * DAY, 5.0),
@@ -71,11 +77,21 @@ def data(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Paths
         (2, None),  # no time: left out and reported
     ]
     paths = {"views": str(root / "views"), "checkouts": str(root / "checkouts")}
-    spark.createDataFrame(views, "user_id long, listing_id long, ts long, duration double") \
-        .coalesce(1).write.parquet(paths["views"])
-    spark.createDataFrame(checkouts, "user_id long, ts long").coalesce(1) \
-        .write.parquet(paths["checkouts"])
+    write_folder(paths["views"], views, ["user_id", "listing_id", "ts", "duration"],
+                 [pa.int64(), pa.int64(), pa.int64(), pa.float64()])
+    write_folder(paths["checkouts"], checkouts, ["user_id", "ts"], [pa.int64(), pa.int64()])
     return paths
+
+
+def write_folder(path: str, rows: list[tuple], names: list[str], types: list[pa.DataType]
+                 ) -> None:
+    """Write ``rows`` as a Parquet folder laid out as Spark writes one."""
+    folder = Path(path)
+    folder.mkdir()
+    columns = [pa.array(list(column), type) for column, type in
+               zip(zip(*rows, strict=True), types, strict=True)]
+    pq.write_table(pa.table(columns, names=names), folder / "part-00000.parquet")
+    (folder / "_SUCCESS").write_bytes(b"")
 
 
 def write_defs(path: Path, data: Paths, column: str = "duration",
@@ -183,11 +199,11 @@ def test_max_key_events_must_be_positive(runner: CliRunner, data: Paths,
 
 def test_executor_names(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
     """``--executor`` is checked against names kept apart from the engine, so they must agree."""
-    assert tuple(EXECUTORS) == EXECUTOR_NAMES
+    assert CHOOSABLE == EXECUTOR_NAMES
     defs = write_defs(tmp_path / "defs.py", data)
     stderr = error_of(runner, backfill_args(defs, tmp_path, "--executor", "fastest"))
     assert "--executor 'fastest' is unknown" in stderr
-    assert f"one of {', '.join(EXECUTORS)}" in stderr
+    assert f"one of {', '.join(CHOOSABLE)}" in stderr
 
 
 def test_missing_file(runner: CliRunner, tmp_path: Path) -> None:
@@ -214,7 +230,7 @@ def test_several_joins_need_join(runner: CliRunner, data: Paths, tmp_path: Path)
 
 
 def test_unknown_column_is_a_definition_error(
-    runner: CliRunner, data: Paths, tmp_path: Path
+    runner: CliRunner, spark: SparkSession, data: Paths, tmp_path: Path
 ) -> None:
     defs = write_defs(tmp_path / "defs.py", data, column="durration")
     stderr = error_of(runner, backfill_args(defs, tmp_path))
@@ -275,7 +291,8 @@ def test_outputs_that_cannot_be_written_fail_before_the_job(
     assert "overlap, and writing the output replaces what is stored there" in stderr
 
 
-def test_strict_fails_on_rows_without_time(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+def test_strict_fails_on_rows_without_time(runner: CliRunner, spark: SparkSession, data: Paths,
+                                           tmp_path: Path) -> None:
     defs = write_defs(tmp_path / "defs.py", data)
     stderr = error_of(runner, backfill_args(defs, tmp_path, "--strict"))
     assert "Bad input (--strict)" in stderr
@@ -320,7 +337,7 @@ def test_an_output_that_is_an_input_is_refused(runner: CliRunner, data: Paths,
     assert Path(data["views"], "_SUCCESS").exists()  # untouched
 
 
-def test_missing_input_path(runner: CliRunner, tmp_path: Path) -> None:
+def test_missing_input_path(runner: CliRunner, spark: SparkSession, tmp_path: Path) -> None:
     data = {"views": str(tmp_path / "no-views"), "checkouts": str(tmp_path / "no-checkouts")}
     defs = write_defs(tmp_path / "defs.py", data)
     stderr = error_of(runner, backfill_args(defs, tmp_path))
@@ -375,7 +392,8 @@ def test_demo_refuses_bad_folders_before_any_work(runner: CliRunner, tmp_path: P
 # --- online: upload, fetch, serve -------------------------------------------------------------
 
 
-def test_upload_then_fetch(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+def test_upload_then_fetch(runner: CliRunner, spark: SparkSession, data: Paths,
+                           tmp_path: Path) -> None:
     defs = write_defs(tmp_path / "defs.py", data)
     store = f"lmdb:{tmp_path / 'store'}"
     result = runner.invoke(app, ["upload", str(defs), "--ds", "2024-01-02", "--store", store],
@@ -425,7 +443,8 @@ def test_upload_then_fetch(runner: CliRunner, data: Paths, tmp_path: Path) -> No
     assert "pyspark loaded: False" in fetched.stdout
 
 
-def test_fetch_errors(runner: CliRunner, data: Paths, tmp_path: Path) -> None:
+def test_fetch_errors(runner: CliRunner, spark: SparkSession, data: Paths, tmp_path: Path
+                      ) -> None:
     defs = write_defs(tmp_path / "defs.py", data)
     store = f"lmdb:{tmp_path / 'store'}"
     fetch = ["fetch", str(defs), "--store", store]

@@ -14,6 +14,8 @@ Define features with :class:`GroupBy` and :class:`Join`, then compute training d
                        left=tt.EventSource("events.checkouts", time_column="ts"),
                        parts=[user_views])
     frame = tt.backfill(training, spark=spark, start="2024-01-01", end="2024-03-31")
+
+``spark`` is your session, or :func:`local_session`, the embedded default.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from timetile.api import (
 if TYPE_CHECKING:
     from timetile.offline.backfill import BackfillJob, backfill
     from timetile.offline.report import BadInputError, JobReport
+    from timetile.spark.session import local_session
 
 __version__ = "0.1.0"
 
@@ -47,6 +50,7 @@ _ON_FIRST_USE = {
     "backfill": "timetile.offline.backfill",
     "BadInputError": "timetile.offline.report",
     "JobReport": "timetile.offline.report",
+    "local_session": "timetile.spark.session",
 }
 
 
@@ -64,6 +68,7 @@ def __dir__() -> list[str]:
     """List the public names, those imported on first use included."""
     return sorted({*globals(), *__all__})
 
+
 __all__ = [
     "Accuracy",
     "Aggregation",
@@ -80,4 +85,5 @@ __all__ = [
     "Window",
     "__version__",
     "backfill",
+    "local_session",
 ]

@@ -25,13 +25,13 @@ from hypothesis import strategies as st
 from timetile.core import series_folds
 from timetile.core.aggregators import Bucketed, bucketed_values, make_aggregator
 from timetile.core.batch_record import OnlineFeature, build_record, read_record, series_name
+from timetile.core.equality import same_value
 from timetile.core.reference import aggregate_windows
 from timetile.core.series_folds import SeriesFolds
 from timetile.core.timeutil import DAY_MS, HOUR_MS
 from timetile.core.types import ValueType
 from timetile.core.windows import WindowKind
 from timetile.testing.collector import tracked_objects
-from timetile.testing.compare import same_value
 
 DAY_END = 20 * DAY_MS
 WINDOWS = [

@@ -29,7 +29,6 @@ from timetile.core.kernels.sweep import (
     float_prefix_sums,
     int_prefix_sums,
     run_sums,
-    window_int_sums,
     window_sums,
 )
 from timetile.core.types import ValueType
@@ -134,8 +133,7 @@ def test_integer_prefix_sums_equal_the_core_sum(values: list[int],
     array = np.array(values, dtype=np.int64)
     prefix = int_prefix_sums(array)
     lows, highs = runs_of(data, len(array))
-    sums = window_int_sums(array, lows, highs)
-    assert (sums == prefix[highs] - prefix[lows]).all()
+    sums = prefix[highs] - prefix[lows]
     for low, high, ours in zip(lows, highs, sums, strict=True):
         run = array[low:high]
         assert int(ours) == (core_sum(run, ValueType.INT) if len(run) else 0)

@@ -8,13 +8,22 @@ part of short windows, run once as ``auto`` with hot keys cut into chunks of tim
 with stored hop partials (the tiled executor, whose partials the executors write); each
 output must equal, row for row (as Spark compares rows: ``-0.0`` equals ``0.0``, NaN equals
 NaN), the backfill this test's own session computes with the same options.
+
+Both runs go through one ``spark-submit``, one after the other in one cluster session (the
+command line takes the active session, as under a notebook), so the cluster's JVMs and
+Python workers start once. Each backfill is computed here first, which also leaves numba's
+caches of the kernels written for the executors' workers to load instead of compiling.
+Spark runs in a process of its own, so the tests are marked ``spark`` by hand.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +32,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 import timetile as tt
 import timetile.__main__
-from timetile.demo import data as demo
 from timetile.cli.common import load_joins
+from timetile.demo import data as demo
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -51,6 +60,38 @@ both = tt.Join("cluster_check", left=checkouts["checkouts"],
                derivations=ratings.derivations)
 '''
 
+#: What spark-submit runs: ``timetile/__main__.py`` once per argument list, as spark-submit
+#: would run it, in the session of the cluster (made first, so every run takes it).
+DRIVER = '''
+import json
+import runpy
+import sys
+
+from pyspark.sql import SparkSession
+
+main_file, runs = sys.argv[1], json.loads(sys.argv[2])
+spark = SparkSession.builder.getOrCreate()
+for index, args in enumerate(runs):
+    print(f"=== run {index}", flush=True)
+    sys.argv = [main_file, *args]
+    try:
+        runpy.run_path(main_file, run_name="__main__")
+    except SystemExit as done:
+        if done.code:
+            raise
+executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # and the driver
+print(f"=== master {spark.sparkContext.master}, {executors} executors", flush=True)
+spark.stop()
+'''
+
+
+@dataclass(frozen=True)
+class Run:
+    """One backfill on the cluster: its command line's output and where it wrote."""
+
+    stdout: str
+    output: Path
+
 
 @pytest.fixture(scope="module")
 def defs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -62,28 +103,54 @@ def defs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def submit(defs: Path, output: Path, *options: str) -> str:
-    """Run ``timetile backfill`` with spark-submit on a local cluster; return its stdout."""
+def here(spark: SparkSession, defs: Path, **options: Any) -> DataFrame:
+    """The same backfill in this test's session (its definitions loaded as the CLI loads them),
+    computed once and kept (``localCheckpoint``) for the comparisons."""
+    previous = os.environ.get("TIMETILE_DEMO_DATA")
+    os.environ["TIMETILE_DEMO_DATA"] = str(defs.parent / "data")
+    try:
+        join = load_joins(defs)["cluster_check"]
+    finally:
+        if previous is None:
+            del os.environ["TIMETILE_DEMO_DATA"]
+        else:
+            os.environ["TIMETILE_DEMO_DATA"] = previous
+    return tt.backfill(join, spark, START, END, **options).localCheckpoint()
+
+
+@pytest.fixture(scope="module")
+def expected(spark: SparkSession, defs: Path) -> dict[str, DataFrame]:
+    """Each run's backfill here, computed before the cluster's (see the module's docstring)."""
+    return {"auto": here(spark, defs, max_key_events=MAX_KEY_EVENTS),
+            "partials": here(spark, defs, executor="tiled")}
+
+
+@pytest.fixture(scope="module")
+def cluster(defs: Path, expected: dict[str, DataFrame],
+            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Run both backfills with one spark-submit on a local cluster."""
+    root = tmp_path_factory.mktemp("cluster-runs")
+    common = ["backfill", str(defs), "--join", "cluster_check", "--start", START, "--end", END]
+    runs = {"auto": [*common, "--output", str(root / "auto"),
+                     "--max-key-events", str(MAX_KEY_EVENTS)],
+            "partials": [*common, "--output", str(root / "tiled"),
+                         "--partials", str(root / "partials")]}
+    driver = root / "driver.py"
+    driver.write_text(DRIVER)
     spark_submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "COLUMNS": "200",
            "TIMETILE_DEMO_DATA": str(defs.parent / "data")}
     done = subprocess.run(
         [str(spark_submit), "--master", "local-cluster[2,1,1024]",
          "--conf", "spark.executor.memory=768m", "--conf", "spark.sql.shuffle.partitions=4",
-         "--conf", "spark.sql.session.timeZone=UTC", timetile.__main__.__file__, "backfill", str(defs),
-         "--join", "cluster_check", "--start", START, "--end", END, "--output", str(output),
-         *options],
-        capture_output=True, text=True, timeout=400, env=env, check=False)
+         "--conf", "spark.sql.session.timeZone=UTC", str(driver), timetile.__main__.__file__,
+         json.dumps(list(runs.values()))],
+        capture_output=True, text=True, timeout=600, env=env, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    return done.stdout
-
-
-def here(spark: SparkSession, defs: Path, monkeypatch: pytest.MonkeyPatch,
-         **options: Any) -> DataFrame:
-    """The same backfill in this test's session (its definitions loaded as the CLI loads them)."""
-    monkeypatch.setenv("TIMETILE_DEMO_DATA", str(defs.parent / "data"))
-    join = load_joins(defs)["cluster_check"]
-    return tt.backfill(join, spark, START, END, **options)
+    _, *outputs, cluster_line = re.split(r"^=== ", done.stdout, flags=re.MULTILINE)
+    assert cluster_line.startswith("master local-cluster[2,1,1024], 2 executors"), cluster_line
+    return {name: Run(stdout, Path(args[args.index("--output") + 1]))
+            for (name, args), stdout in zip(runs.items(), outputs, strict=True)}
 
 
 def assert_same_rows(spark: SparkSession, output: Path, expected: DataFrame) -> None:
@@ -95,23 +162,22 @@ def assert_same_rows(spark: SparkSession, output: Path, expected: DataFrame) -> 
     assert local.exceptAll(written).count() == 0
 
 
-def test_auto_with_hot_keys_on_a_cluster(spark: SparkSession, defs: Path, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    stdout = submit(defs, tmp_path / "out", "--max-key-events", str(MAX_KEY_EVENTS))
-    path = " ".join(stdout.split())
+def test_auto_with_hot_keys_on_a_cluster(spark: SparkSession, cluster: dict[str, Run],
+                                         expected: dict[str, DataFrame]) -> None:
+    run = cluster["auto"]
+    path = " ".join(run.stdout.split())
     for chosen in ("user_views: sweep+interval_tree", "user_purchases: sweep",
                    "listing_rating: entity"):
         assert chosen in path
     assert "swept in chunks of time" in path  # the busiest users' rows, cut
-    assert_same_rows(spark, tmp_path / "out",
-                     here(spark, defs, monkeypatch, max_key_events=MAX_KEY_EVENTS))
+    assert_same_rows(spark, run.output, expected["auto"])
 
 
-def test_stored_partials_on_a_cluster(spark: SparkSession, defs: Path, tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    partials = tmp_path / "partials"
-    stdout = submit(defs, tmp_path / "out", "--partials", str(partials))
-    assert "user_views: tiled" in " ".join(stdout.split())
+def test_stored_partials_on_a_cluster(spark: SparkSession, cluster: dict[str, Run],
+                                      expected: dict[str, DataFrame]) -> None:
+    run = cluster["partials"]
+    assert "user_views: tiled" in " ".join(run.stdout.split())
+    partials = run.output.parent / "partials"
     assert sorted(path.name for path in partials.iterdir()) == [
         "recent_views", "user_purchases", "user_views"]
-    assert_same_rows(spark, tmp_path / "out", here(spark, defs, monkeypatch, executor="tiled"))
+    assert_same_rows(spark, run.output, expected["partials"])

@@ -26,8 +26,6 @@ from timetile.testing import (
     to_spark,
 )
 
-pytestmark = pytest.mark.spark
-
 WINDOWS: list[str | tt.Window] = [
     "1h",
     "1d",
@@ -97,19 +95,25 @@ def within_hll_bound(estimate: int, truth: int) -> bool:
     return abs(estimate - truth) <= 3 * HLL_RSE * truth
 
 
+@pytest.fixture(scope="module")
+def oracle_rows(spark: Any, join: tt.Join) -> list[Any]:
+    """The oracle's rows, exact values and percentile rank bounds, computed once."""
+    return by_row(percentile_rank_bounds(join, spark, KLL_RANK_ERROR).collect())
+
+
 @pytest.mark.parametrize("executor", ["tiled", "interval_tree", "reference", "auto"])
-def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, executor: str) -> None:
+def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, oracle_rows: list[Any],
+                                    executor: str) -> None:
     """``auto`` splits the part: the sweep computes at least half its features (count, sum,
     avg, min, max, variance, stddev, skew, kurtosis, unique_count, first, last, first_k,
     last_k), the interval tree the rest; the columns keep the definition's order."""
-    job = tt.BackfillJob(join, spark, executor=executor)
+    job = tt.BackfillJob(join, spark, executor=executor).plan()
     frame = job.dataframe()
     assert frame.columns[-len(join.output_columns()):] == join.output_columns()
     path = "sweep+interval_tree" if executor == "auto" else executor
     assert job.report.path == f"user: {path}"
     ours = by_row(frame.collect())
-    epsilon = KLL_RANK_ERROR
-    theirs = by_row(percentile_rank_bounds(join, spark, epsilon).collect())
+    theirs = oracle_rows
     assert len(ours) == len(theirs) == 160
     mismatches = []
     for mine, oracle in zip(ours, theirs, strict=True):

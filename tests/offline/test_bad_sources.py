@@ -8,8 +8,6 @@ import pytest
 
 import timetile as tt
 
-pytestmark = pytest.mark.spark
-
 
 def join_over(spark: Any, events: Any, **source: Any) -> tt.Join:
     queries = spark.createDataFrame([(1, 10)], "user_id long, ts long")
@@ -96,7 +94,7 @@ def test_every_source_is_counted_apart(spark: Any) -> None:
     parts = [tt.GroupBy(name, tt.EventSource(frame), ["user_id"],
                         [tt.Aggregation("amount", "sum", windows=["1d"])])
              for name, frame in (("views", views), ("clicks", clicks))]
-    job = tt.BackfillJob(tt.Join("counted", tt.EventSource(left), parts), spark)
+    job = tt.BackfillJob(tt.Join("counted", tt.EventSource(left), parts), spark).plan()
     counts = {source.role: (source.rows, source.without_time, source.without_key)
               for source in job.report.sources}
     assert counts == {"left": (3, 1, 0), "views": (4, 1, 1), "clicks": (3, 3, 0)}
@@ -113,7 +111,7 @@ def test_left_rows_outside_the_range_are_counted(spark: Any) -> None:
     group_by = tt.GroupBy("g", tt.EventSource(events), ["user_id"],
                           [tt.Aggregation("amount", "sum", windows=["7d"])])
     job = tt.BackfillJob(tt.Join("ranged", tt.EventSource(left), [group_by]), spark,
-                         start="2024-01-02", end="2024-01-02")
+                         start="2024-01-02", end="2024-01-02").plan()
     assert job.dataframe().count() == 2
     (counted, _) = job.report.sources
     assert (counted.rows, counted.without_time, counted.outside_range) == (5, 1, 2)
@@ -143,7 +141,7 @@ def test_a_time_column_that_cannot_hold_milliseconds_is_refused(
                           [tt.Aggregation("amount", "sum", windows=["1d"])])
     left = odd.drop("amount") if side == "left" else queries
     with pytest.raises(tt.DefinitionError, match=match):
-        tt.BackfillJob(tt.Join("m", tt.EventSource(left), [group_by]), spark)
+        tt.BackfillJob(tt.Join("m", tt.EventSource(left), [group_by]), spark).plan()
 
 
 def test_integer_times_that_look_like_seconds_are_reported(spark: Any) -> None:
@@ -154,7 +152,7 @@ def test_integer_times_that_look_like_seconds_are_reported(spark: Any) -> None:
     queries = spark.createDataFrame([(1, day * 1000)], "user_id long, ts long")
     group_by = tt.GroupBy("g", tt.EventSource(events), ["user_id"],
                           [tt.Aggregation("amount", "sum", windows=["1d"])])
-    job = tt.BackfillJob(tt.Join("m", tt.EventSource(queries), [group_by]), spark)
+    job = tt.BackfillJob(tt.Join("m", tt.EventSource(queries), [group_by]), spark).plan()
     seconds = [note for note in job.report.notes if "epoch milliseconds" in note]
     assert seconds == ["g (a DataFrame): every time is before 1973-03-03 (the latest is "
                        "1,704,067,140), and integer times are epoch milliseconds: if they are "
@@ -165,11 +163,11 @@ def test_bad_arguments_name_themselves(spark: Any, events: Any) -> None:
     join = join_over(spark, events)
     with pytest.raises(ValueError, match=r"start '2024-13-01' is not a day: write it as "
                        r"YYYY-MM-DD"):
-        tt.BackfillJob(join, spark, start="2024-13-01")
+        tt.BackfillJob(join, spark, start="2024-13-01").plan()
     with pytest.raises(ValueError, match=r"end 20240101 is not a day"):
-        tt.BackfillJob(join, spark, end=20240101)  # type: ignore[arg-type]
+        tt.BackfillJob(join, spark, end=20240101).plan()  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"max_key_events is '5': give a positive int"):
-        tt.BackfillJob(join, spark, max_key_events="5")  # type: ignore[arg-type]
+        tt.BackfillJob(join, spark, max_key_events="5").plan()  # type: ignore[arg-type]
 
 
 def test_a_dotted_column_is_refused_with_a_select_that_works(spark: Any) -> None:
@@ -217,7 +215,7 @@ def test_entity_times_that_look_like_seconds_are_reported(spark: Any) -> None:
     queries = spark.createDataFrame([(1, (day + 3_600) * 1000)], "user_id long, ts long")
     source = tt.EntitySource(snapshots, mutation_table=mutations, time_column="since")
     group_by = tt.GroupBy("users", source, ["user_id"], [tt.Aggregation("balance", "last")])
-    job = tt.BackfillJob(tt.Join("m", tt.EventSource(queries), [group_by]), spark)
+    job = tt.BackfillJob(tt.Join("m", tt.EventSource(queries), [group_by]), spark).plan()
     latest = {source.role: source.latest_integer_time for source in job.report.sources}
     assert latest == {"left": (day + 3_600) * 1000, "users": day - 60,
                       "users mutations": day + 30}

@@ -23,8 +23,6 @@ from timetile.testing import (
     to_spark,
 )
 
-pytestmark = pytest.mark.spark
-
 WINDOWS: list[str | tt.Window] = ["1h", "1d", tt.Window("1d", hop="1h")]
 HOPPING = tt.Window("1d", hop="6h", kind="hopping")
 BUCKETED = [
@@ -74,7 +72,7 @@ def oracle_rows(spark: Any, join: tt.Join) -> list[Any]:
 @pytest.mark.parametrize("executor", ["sweep", "tiled", "interval_tree", "reference", "auto"])
 def test_backfill_equals_the_oracle(spark: Any, join: tt.Join, oracle_rows: list[Any],
                                     executor: str) -> None:
-    job = tt.BackfillJob(join, spark, executor=executor)
+    job = tt.BackfillJob(join, spark, executor=executor).plan()
     frame = job.dataframe()
     if executor == "auto":
         assert job.report.path == "user: sweep"
@@ -97,7 +95,7 @@ def test_the_report_counts_rows_in_no_bucket(spark: Any, join: tt.Join) -> None:
     expected = {bucket: usable.where(F.col(bucket).isNull()).count()
                 for bucket in ("item", "parity")}
     assert all(expected.values())  # the generator writes null buckets
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     (counts,) = [source for source in job.report.sources if source.role == "user"]
     assert dict(counts.null_buckets) == expected
     assert counts.usable == usable.count()  # still used by the unbucketed features

@@ -29,8 +29,6 @@ from timetile.testing import (
     to_spark,
 )
 
-pytestmark = pytest.mark.spark
-
 LEFT = ["user_id", "ts", "label"]
 DERIVATIONS = {
     "amount_per_item": "views_amount_sum_1d / nullif(views_item_count_1d, 0)",
@@ -124,7 +122,7 @@ def test_the_check_leaves_pyspark_error_logging_whole(
     silences them, must not create plain ones, on which every later error raised TypeError."""
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         monkeypatch.delitem(logging.Logger.manager.loggerDict, name, raising=False)
-    tt.BackfillJob(join_of(frames, DERIVATIONS), spark)
+    tt.BackfillJob(join_of(frames, DERIVATIONS), spark).plan()
     with pytest.raises(AnalysisException, match="no_such_column"):
         _ = spark.range(1).select("no_such_column").schema
 
@@ -164,7 +162,7 @@ def job_group(spark: Any) -> Iterator[str]:
 
 def error_of(spark: Any, frames: tuple[Any, Any], derivations: dict[str, str]) -> str:
     with pytest.raises(tt.DefinitionError) as caught:
-        tt.BackfillJob(join_of(frames, derivations), spark)
+        tt.BackfillJob(join_of(frames, derivations), spark).plan()
     return str(caught.value)
 
 

@@ -26,8 +26,6 @@ from timetile.testing import (
 )
 from timetile.testing.generators import random_entity_queries, random_queries
 
-pytestmark = pytest.mark.spark
-
 OPS = ("count", "sum", "avg", "min", "max", "last", "first_k", "variance")
 
 
@@ -65,7 +63,7 @@ def test_entity_aggregations_equal_the_oracle(spark: Any, entities: Any,
     source = tt.EntitySource(snapshots, mutation_table=mutations, time_column="since")
     users = tt.GroupBy("users", source, ["user_id"], aggregations(), accuracy=accuracy)
     join = tt.Join("accounts", tt.EventSource(queries), [users])
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     equal_frames(job.dataframe(), naive_backfill(join, spark), ["user_id", "ts", "label"])
     assert job.report.path == "users: entity"
 
@@ -122,7 +120,7 @@ def test_a_missing_snapshot_gives_null_features_and_is_reported(spark: Any) -> N
     source = tt.EntitySource(snapshots, mutation_table=mutations)
     users = tt.GroupBy("users", source, ["user_id"], [tt.Aggregation("balance", "count")])
     join = tt.Join("gap", tt.EventSource(queries), [users])
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     # 2023-12-30: the queries on the first day before the first snapshot have none either
     assert any("no snapshot partition for 2 day(s) (2023-12-30, 2024-01-01)" in note
                for note in job.report.notes)
@@ -133,7 +131,7 @@ def test_a_missing_snapshot_gives_null_features_and_is_reported(spark: Any) -> N
     equal_frames(ours, naive_backfill(join, spark), ["user_id", "ts", "label"])
     timed = tt.Join("gap", tt.EventSource(queries.where("ts IS NOT NULL")), [users])
     with pytest.raises(BadInputError, match="land those partitions"):
-        tt.BackfillJob(timed, spark, strict=True)
+        tt.BackfillJob(timed, spark, strict=True).plan()
 
 
 def test_a_retraction_of_an_absent_row_is_counted_and_ignored(spark: Any) -> None:
@@ -148,7 +146,7 @@ def test_a_retraction_of_an_absent_row_is_counted_and_ignored(spark: Any) -> Non
     source = tt.EntitySource(snapshots, mutation_table=mutations)
     users = tt.GroupBy("users", source, ["user_id"], [tt.Aggregation("balance", op)
                                                       for op in ("sum", "max")])
-    job = tt.BackfillJob(tt.Join("bad", tt.EventSource(queries), [users]), spark)
+    job = tt.BackfillJob(tt.Join("bad", tt.EventSource(queries), [users]), spark).plan()
     rows = {row["ts"]: row for row in job.dataframe().collect()}
     assert (rows[1704072600000]["users_balance_sum"], rows[1704078000000]["users_balance_max"]
             ) == (10.0, 12.0)
@@ -251,7 +249,7 @@ def test_an_is_before_that_is_no_flag(spark: Any) -> None:
         return tt.Join("flags", tt.EventSource(queries), [tt.GroupBy(
             "g", source, ["user_id"], [tt.Aggregation("balance", "sum")])])
 
-    job = tt.BackfillJob(join(mutations), spark)
+    job = tt.BackfillJob(join(mutations), spark).plan()
     assert [row["g_balance_sum"] for row in job.dataframe().collect()] == [12.0]
     assert [row["g_balance_sum"] for row in naive_backfill(join(mutations), spark).collect()
             ] == [12.0]
@@ -260,7 +258,7 @@ def test_an_is_before_that_is_no_flag(spark: Any) -> None:
     dated = mutations.withColumn("is_before", F.current_date())
     with pytest.raises(tt.DefinitionError, match=r"parts\[0\]\.source\.is_before_column: "
                                                  r"'is_before' is date, not a flag"):
-        tt.BackfillJob(join(dated), spark)
+        tt.BackfillJob(join(dated), spark).plan()
 
 
 def test_lookups_of_timestamp_and_date_columns(spark: Any) -> None:
@@ -296,7 +294,7 @@ def test_numeric_flags_are_one_or_zero_and_the_flag_is_not_the_time(spark: Any) 
     source = tt.EntitySource(snapshots, mutation_table=mutations)
     join = tt.Join("flags", tt.EventSource(queries), [tt.GroupBy(
         "g", source, ["user_id"], [tt.Aggregation("balance", "sum")])])
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     assert [row["g_balance_sum"] for row in job.dataframe().collect()] == [12.0]
     assert [row["g_balance_sum"] for row in naive_backfill(join, spark).collect()] == [12.0]
     (counted,) = [source for source in job.report.sources if source.role == "g mutations"]

@@ -14,8 +14,6 @@ from timetile.core.timeutil import DAY_MS, HOUR_MS
 from timetile.core.windows import WindowKind
 from timetile.testing import naive_backfill
 
-pytestmark = pytest.mark.spark
-
 BASE = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 WINDOWS = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("1d", hop="6h", kind="hopping")]
 
@@ -73,14 +71,14 @@ def test_boundary_events_agree_on_every_path(spark: Any) -> None:
 def test_the_two_fast_paths_are_identical_and_the_report_names_them(spark: Any) -> None:
     events, queries, _ = boundary_frames(spark)
     join = join_of(events, queries)
-    tiled_job = tt.BackfillJob(join, spark, executor="tiled")
+    tiled_job = tt.BackfillJob(join, spark, executor="tiled").plan()
     tiled = rows(tiled_job.dataframe())
-    broadcast_job = tt.BackfillJob(join, spark, executor="interval_tree")
+    broadcast_job = tt.BackfillJob(join, spark, executor="interval_tree").plan()
     assert rows(broadcast_job.dataframe()) == tiled
     assert tiled_job.report.path == "edge: tiled"
     assert broadcast_job.report.path == "edge: interval_tree"
     # auto sweeps the 8 features the sweep computes and broadcasts the sketch (10 queries)
-    auto_job = tt.BackfillJob(join, spark)
+    auto_job = tt.BackfillJob(join, spark).plan()
     auto = auto_job.dataframe()
     assert auto_job.report.path == "edge: sweep+interval_tree"
     assert auto.columns[-len(join.output_columns()):] == join.output_columns()
@@ -99,14 +97,14 @@ def test_auto_counts_the_queries_only_when_the_left_rows_do_not_bound_them(
     repeated = queries.unionByName(queries.limit(1))  # 11 rows, 10 distinct queries
     untimed = queries.limit(1).withColumn("ts", F.lit(None).cast("long"))
     monkeypatch.setattr("timetile.offline.backfill.BROADCAST_QUERY_LIMIT", limit)
-    job = tt.BackfillJob(join_of(events, repeated.unionByName(untimed)), spark)
+    job = tt.BackfillJob(join_of(events, repeated.unionByName(untimed)), spark).plan()
     assert job.report.path == f"edge: sweep+{chosen}"
     assert ("count queries" in job.report.stage_seconds) == counted
 
 
 def test_the_report_names_the_largest_key_hop_group(spark: Any) -> None:
     events, queries, hop = boundary_frames(spark)
-    job = tt.BackfillJob(join_of(events, queries), spark, executor="tiled")
+    job = tt.BackfillJob(join_of(events, queries), spark, executor="tiled").plan()
     job.dataframe().collect()
     line = next(line for line in job.report.lines() if "largest (key, hop) group" in line)
     busiest = max(events.groupBy((events.ts - events.ts % hop).alias("h")).count()
@@ -170,7 +168,7 @@ def test_a_one_millisecond_window_has_no_hop_yet_is_computed(
         assert sorted(tuple(r) for r in tt.backfill(join, spark, executor=executor).collect()
                       ) == expected, executor
     monkeypatch.setattr("timetile.offline.backfill.BROADCAST_QUERY_LIMIT", 1)
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     assert job.report.path == "g: reference"
     assert sorted(tuple(r) for r in job.dataframe().collect()) == expected
     with pytest.raises(ValueError, match=r"sliding windows of \[1\] ms without whole hops: "
@@ -178,10 +176,10 @@ def test_a_one_millisecond_window_has_no_hop_yet_is_computed(
         tt.backfill(join, spark, executor="tiled").collect()
 
 
-@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
-def test_timestamp_and_date_keys_work_on_every_executor(spark: Any, zone: str) -> None:
-    """Arrow needs the session's time zone for a timestamp key: every executor passes it
-    (a cogroup's, the reference executor's, wants UTC: it failed in New York)."""
+@pytest.fixture(scope="module")
+def time_key_joins(spark: Any) -> list[tuple[tuple[str, ...], tt.Join, list[tuple]]]:
+    """Joins on a timestamp and a date key, the sweep's ops and not, and the oracle's rows
+    (computed once, in UTC, for every session time zone of the test below)."""
     instants = [1_730_611_800_000, 1_730_615_400_000, 1_600_000_000_123]  # one DST-repeated hour
     events = (spark.createDataFrame(
         [(k, BASE + i * HOUR_MS, float(i)) for k in instants for i in range(60)],
@@ -194,16 +192,27 @@ def test_timestamp_and_date_keys_work_on_every_executor(spark: Any, zone: str) -
         .withColumn("day", F.to_date(F.timestamp_millis("ts"))).withColumn(
             "at", F.timestamp_millis("at"))
         .withColumn("seen", F.timestamp_millis(F.col("ts") - 5)))  # rides through the sweep
+    made = []
     for ops in (("count", "sum", "max"), ("count", "variance")):  # the sweep's, and not
         group_by = tt.GroupBy("at", tt.EventSource(events), ["at", "day"], [
             tt.Aggregation("amount", op, windows=["1h", "1d"]) for op in ops])
         join = tt.Join("at", tt.EventSource(queries), [group_by])
-        expected = rows(naive_backfill(join, spark))
+        made.append((ops, join, rows(naive_backfill(join, spark))))
+    return made
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_timestamp_and_date_keys_work_on_every_executor(
+        spark: Any, time_key_joins: list[tuple[tuple[str, ...], tt.Join, list[tuple]]],
+        zone: str) -> None:
+    """Arrow needs the session's time zone for a timestamp key: every executor passes it
+    (a cogroup's, the reference executor's, wants UTC: it failed in New York)."""
+    for ops, join, expected in time_key_joins:
         executors = ["tiled", "interval_tree", "reference", "auto"]
         spark.conf.set("spark.sql.session.timeZone", zone)
         try:
             for executor in executors + (["sweep"] if "variance" not in ops else []):
-                job = tt.BackfillJob(join, spark, executor=executor, max_key_events=20)
+                job = tt.BackfillJob(join, spark, executor=executor, max_key_events=20).plan()
                 assert rows(job.dataframe()) == expected, (ops, executor)
         finally:
             spark.conf.set("spark.sql.session.timeZone", "UTC")
@@ -290,7 +299,7 @@ def test_windows_that_reach_past_the_first_int64_millisecond_on_every_path(
         assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor
     store = str(tmp_path / "partials")
     for run in ("stores", "reuses"):
-        job = tt.BackfillJob(join, spark, executor="tiled", partials_path=store)
+        job = tt.BackfillJob(join, spark, executor="tiled", partials_path=store).plan()
         assert rows(job.dataframe()) == expected, run
     (note,) = [note for note in job.report.notes if "hop partials" in note]
     last_day = (first + 3 * DAY_MS) // DAY_MS
@@ -306,7 +315,7 @@ def test_release_unpersists_what_the_tiled_pass_cached(spark: Any) -> None:
     queries = spark.createDataFrame([(1, BASE + 2 * HOUR_MS, 0)], "k long, ts long, qid int")
     join = tt.Join("kept", tt.EventSource(queries), [tt.GroupBy(
         "kept", tt.EventSource(events), ["k"], [tt.Aggregation("v", "sum", windows=["1d"])])])
-    job = tt.BackfillJob(join, spark, executor="tiled")
+    job = tt.BackfillJob(join, spark, executor="tiled").plan()
     assert rows(job.dataframe()) == [(1, BASE + 2 * HOUR_MS, 0, 3.0)]
     [stage1] = job.options.cached
     assert stage1.is_cached

@@ -37,8 +37,6 @@ from timetile.testing import (
     to_spark,
 )
 
-pytestmark = pytest.mark.spark
-
 BASE = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 WINDOWS = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("1d", hop="6h", kind="hopping")]
 
@@ -190,7 +188,7 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
         *[tt.Aggregation(column, op, windows=WINDOWS, buckets=["item"])  # a copy per bucket
           for column, op in (("amount", "sum"), ("quantity", "histogram"))]])
     join = tt.Join("hot_keys", tt.EventSource(queries), [group_by])
-    job = tt.BackfillJob(join, spark, max_key_events=150)
+    job = tt.BackfillJob(join, spark, max_key_events=150).plan()
     ours = job.dataframe()
     assert job.report.path == "hot: sweep"
     assert "find hot keys" in job.report.stage_seconds
@@ -198,7 +196,7 @@ def test_backfill_splits_hot_keys_and_equals_the_oracle(spark: Any, left_key: st
     bad = mismatches(join, ours, spark, ["user_id", "ts", "label"])
     assert not bad, bad[:10]
 
-    part = job.plan.parts[0]
+    part = job.planned.parts[0]
     split = find_hot_keys(part, [], part_reach(part) or 0, 150)
     counts = table.group_by("user_id").aggregate([("ts", "count")]).to_pylist()
     over = {row["user_id"] for row in counts if row["ts_count"] > 150}
@@ -216,7 +214,7 @@ def test_a_hot_key_with_times_at_the_ends_of_int64_is_cut(spark: Any, edge: int)
         [tt.Aggregation("amount", op, windows=["1h"]) for op in ("sum", "count")])
     join = tt.Join("edges", tt.EventSource(spark.createDataFrame(
         queries, "user_id long, ts long, qid int")), [group_by])
-    job = tt.BackfillJob(join, spark, max_key_events=100)
+    job = tt.BackfillJob(join, spark, max_key_events=100).plan()
     ours = job.dataframe()
     assert any("swept in chunks of time" in note for note in job.report.notes)
     assert not mismatches(join, ours, spark, ["qid"])
@@ -235,13 +233,13 @@ def test_a_key_hot_by_its_left_rows_is_cut_too(spark: Any) -> None:
     group_by = tt.GroupBy("placeholder", tt.EventSource(events), ["user_id"], [
         tt.Aggregation("amount", op, windows=WINDOWS) for op in ("count", "sum", "max")])
     join = tt.Join("placeholders", tt.EventSource(queries), [group_by])
-    job = tt.BackfillJob(join, spark, max_key_events=150)
+    job = tt.BackfillJob(join, spark, max_key_events=150).plan()
     ours = job.dataframe()
     assert any("left rows) swept in chunks of time" in note for note in job.report.notes)
     assert not mismatches(join, ours, spark, ["user_id", "ts", "label"])
 
-    part = job.plan.parts[0]
-    split = find_hot_keys(part, [part.query_rows(job.plan.left)], part_reach(part) or 0, 150)
+    part = job.planned.parts[0]
+    split = find_hot_keys(part, [part.query_rows(job.planned.left)], part_reach(part) or 0, 150)
     found = {hot.key: hot for hot in split.hot}
     assert {(7,), (None,)} <= set(found)
     assert found[(7,)].left_rows >= 400 > found[(7,)].events  # the sample is all: exact
@@ -261,9 +259,9 @@ def test_a_key_hot_by_its_left_rows_gets_chunks_shorter_than_the_reach(spark: An
         [tt.Aggregation("amount", op, windows=["3d", "1h"]) for op in ("count", "sum", "max")])
     join = tt.Join("j", tt.EventSource(spark.createDataFrame(
         left, "user_id long, ts long, label double")), [group_by])
-    job = tt.BackfillJob(join, spark, max_key_events=150)
-    part = job.plan.parts[0]
-    split = find_hot_keys(part, [part.query_rows(job.plan.left)], 3 * DAY_MS, 150)
+    job = tt.BackfillJob(join, spark, max_key_events=150).plan()
+    part = job.planned.parts[0]
+    split = find_hot_keys(part, [part.query_rows(job.planned.left)], 3 * DAY_MS, 150)
     (hot,) = split.hot
     assert hot.key == (7,)
     assert 12 * HOUR_MS < hot.chunk_ms < DAY_MS
@@ -291,9 +289,9 @@ def test_a_burst_of_events_sizes_the_chunks_of_its_key(spark: Any) -> None:
     events = [(1, BASE + int(t), 1.0) for t in times]
     left = [(1, BASE + int(t), 0.0) for t in rng.integers(0, 30 * DAY_MS, 100)]
     join = one_key_join(spark, events, left)
-    job = tt.BackfillJob(join, spark, max_key_events=500)
-    part = job.plan.parts[0]
-    split = find_hot_keys(part, [part.query_rows(job.plan.left)], HOUR_MS, 500)
+    job = tt.BackfillJob(join, spark, max_key_events=500).plan()
+    part = job.planned.parts[0]
+    split = find_hot_keys(part, [part.query_rows(job.planned.left)], HOUR_MS, 500)
     (hot,) = split.hot
     assert hot.chunk_ms <= 12 * HOUR_MS
     held = rows_per_chunk(hot, [t for _, t, _ in events], [t for _, t, _ in left], HOUR_MS)
@@ -310,7 +308,7 @@ def test_a_hot_key_within_two_reaches_is_swept_whole_and_reported(spark: Any) ->
     group_by = tt.GroupBy("dense", tt.EventSource(events), ["user_id"],
                           [tt.Aggregation("amount", "sum", windows=["1d"])])
     join = tt.Join("dense", tt.EventSource(queries), [group_by])
-    job = tt.BackfillJob(join, spark, max_key_events=100)
+    job = tt.BackfillJob(join, spark, max_key_events=100).plan()
     ours = job.dataframe()
     whole = [note for note in job.report.notes if "swept whole" in note]
     assert len(whole) == 1
@@ -329,7 +327,7 @@ def test_small_parts_and_lifetime_windows_skip_the_search(spark: Any) -> None:
                            tt.Aggregation("amount", "max")])
     join = tt.Join("life", tt.EventSource(queries), [lifetime])
     for limit in (10, 10_000):  # a lifetime window: never split; a big limit: no key is hot
-        job = tt.BackfillJob(join, spark, max_key_events=limit)
+        job = tt.BackfillJob(join, spark, max_key_events=limit).plan()
         ours = job.dataframe()
         assert "find hot keys" not in job.report.stage_seconds
         assert not mismatches(join, ours, spark, ["user_id", "ts", "label"])
@@ -345,7 +343,7 @@ def test_the_fullest_key_bucket_bounds_every_key_and_spares_the_search(spark: An
     left = [(int(key), BASE + int(t), 0.0) for key, t in
             zip(rng.integers(0, 100, 400), rng.integers(0, 7 * DAY_MS, 400), strict=True)]
     join = one_key_join(spark, events, left)
-    job = tt.BackfillJob(join, spark, max_key_events=100)
+    job = tt.BackfillJob(join, spark, max_key_events=100).plan()
     assert "find hot keys" not in job.report.stage_seconds
     left_counts, event_counts = job.report.sources
     most_asked = max(np.bincount([key for key, _, _ in left]))
@@ -354,7 +352,7 @@ def test_the_fullest_key_bucket_bounds_every_key_and_spares_the_search(spark: An
     assert not mismatches(join, job.dataframe(), spark, ["user_id", "ts", "label"])
 
     crowded = one_key_join(spark, events, [*left, *[(5, BASE + i, 1.0) for i in range(150)]])
-    job = tt.BackfillJob(crowded, spark, max_key_events=100)
+    job = tt.BackfillJob(crowded, spark, max_key_events=100).plan()
     assert "find hot keys" in job.report.stage_seconds
     assert job.report.sources[0].fullest_bucket[("user_id",)] >= 150
     assert any("hot key" in note for note in job.report.notes)
@@ -374,7 +372,7 @@ def test_only_parts_that_spark_estimates_as_big_are_tallied(spark: Any, tmp_path
                           [tt.Aggregation("amount", "sum", windows=["1h"])])
     join = tt.Join("j", tt.EventSource(events.select("user_id", "ts")), [group_by])
     for limit, tallied in ((100_000, False), (10, True)):
-        sources = tt.BackfillJob(join, spark, max_key_events=limit).report.sources
+        sources = tt.BackfillJob(join, spark, max_key_events=limit).plan().report.sources
         assert bool(sources[1].fullest_bucket) is tallied
         assert bool(sources[0].fullest_bucket) is tallied
 
@@ -385,7 +383,7 @@ def test_a_non_positive_limit_is_refused(spark: Any) -> None:
                           [tt.Aggregation("amount", "sum", windows=["1d"])])
     join = tt.Join("j", tt.EventSource(events.select("user_id", "ts")), [group_by])
     with pytest.raises(ValueError, match="max_key_events"):
-        tt.BackfillJob(join, spark, max_key_events=0)
+        tt.BackfillJob(join, spark, max_key_events=0).plan()
 
 
 def one_key_join(spark: Any, events: list[tuple], left: list[tuple], *,
@@ -406,9 +404,9 @@ def test_a_burst_of_events_is_cut_by_its_own_density(spark: Any) -> None:
     events = [(1, BASE + int(t), 1.0) for t in rng.integers(0, DAY_MS, 3000)]
     left = [(1, BASE + int(t), 0.0) for t in rng.integers(-30 * DAY_MS, 30 * DAY_MS, 40)]
     join = one_key_join(spark, events, left)
-    job = tt.BackfillJob(join, spark, max_key_events=500)
-    part = job.plan.parts[0]
-    split = find_hot_keys(part, [part.query_rows(job.plan.left)], part_reach(part) or 0, 500)
+    job = tt.BackfillJob(join, spark, max_key_events=500).plan()
+    part = job.planned.parts[0]
+    split = find_hot_keys(part, [part.query_rows(job.planned.left)], part_reach(part) or 0, 500)
     assert [hot.key for hot in split.hot] == [(1,)]
     assert split.hot[0].chunk_ms <= 4 * HOUR_MS  # 500 rows of 3,000 a day, less the reach
     assert not mismatches(join, job.dataframe(), spark, ["ts", "label"])
@@ -454,7 +452,7 @@ def test_distinct_queries_count_when_the_sweep_gets_distinct_queries(spark: Any)
     events = [(7, BASE + int(t), 1.0) for t in rng.integers(0, 4 * DAY_MS, 30)]
     left = [(7, BASE + int(t), 0.5) for t in rng.integers(2 * DAY_MS, 4 * DAY_MS, 400)]
     join = one_key_join(spark, events, left, accuracy=tt.Accuracy.SNAPSHOT)
-    job = tt.BackfillJob(join, spark, max_key_events=150)
+    job = tt.BackfillJob(join, spark, max_key_events=150).plan()
     assert "find hot keys" in job.report.stage_seconds
     assert not any("hot key" in note for note in job.report.notes)
     assert not mismatches(join, job.dataframe(), spark, ["ts", "label"])
@@ -476,7 +474,7 @@ def test_parts_sharing_a_group_by_are_counted_one_sweep_at_a_time(spark: Any) ->
         tt.JoinPart(group_by, prefix="guest", key_mapping={"guest_id": "user_id"}),
         tt.JoinPart(group_by, prefix="host", key_mapping={"host_id": "user_id"})])
     for limit, cut in ((150, False), (100, True)):
-        job = tt.BackfillJob(join, spark, max_key_events=limit)
+        job = tt.BackfillJob(join, spark, max_key_events=limit).plan()
         notes = [note for note in job.report.notes if "hot key" in note]
         assert bool(notes) is cut, notes
         if cut:

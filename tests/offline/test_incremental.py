@@ -11,8 +11,6 @@ import timetile as tt
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.testing import random_events, random_queries, to_spark
 
-pytestmark = pytest.mark.spark
-
 DAYS = ["2024-01-02", "2024-01-03", "2024-01-04"]
 AGGREGATIONS = [
     tt.Aggregation("amount", "sum", windows=["1d", tt.Window("2d", hop="1h")]),
@@ -41,7 +39,7 @@ def test_day_by_day_with_stored_partials_equals_one_run(spark: Any, tmp_path: Pa
         landed = tt.EventSource(events.where(events.ts < date_to_ms(day) + DAY_MS))
         group_by = tt.GroupBy("spend", landed, ["user_id"], AGGREGATIONS)
         job = tt.BackfillJob(tt.Join("daily", queries, [group_by]), spark, start=day, end=day,
-                             partials_path=store)
+                             partials_path=store).plan()
         by_day += rows(job.dataframe())
         notes += job.report.notes
 
@@ -93,7 +91,7 @@ def test_a_partials_path_is_read_as_named_not_as_a_pattern(spark: Any,
     for name in ("pX", "p*", "p[1]{a,b}?"):
         store = str(tmp_path / name)
         for run in ("first", "again"):
-            job = tt.BackfillJob(join, spark, partials_path=store)
+            job = tt.BackfillJob(join, spark, partials_path=store).plan()
             assert rows(job.dataframe()) == expected, (name, run)
         (note,) = [note for note in job.report.notes if "hop partials" in note]
         assert note.startswith("spend: hop partials of 1 days reused, 0 computed"), (name, note)
@@ -180,7 +178,7 @@ def test_the_report_of_stored_partials(spark: Any, tmp_path: Path) -> None:
                           [tt.Aggregation("amount", "sum", windows=["2d"])])
     job = tt.BackfillJob(tt.Join("report", tt.EventSource(queries),
                                  [tt.JoinPart(group_by, prefix="p")]), spark,
-                         partials_path=str(tmp_path / "partials"))
+                         partials_path=str(tmp_path / "partials")).plan()
     job.dataframe().collect()
     lines = job.report.lines()
     assert any("largest (key, hop) group of p_big: 50 events at key (2,)" in line
@@ -215,7 +213,7 @@ def test_a_partials_path_that_cannot_work_is_refused(spark: Any, tmp_path: Path,
                           [tt.Aggregation("amount", "sum", windows=["1d"])])
     join = tt.Join("bad", tt.EventSource(events.drop("amount")), [group_by])
     with pytest.raises(ValueError, match=match):
-        tt.BackfillJob(join, spark, partials_path=location)  # type: ignore[arg-type]
+        tt.BackfillJob(join, spark, partials_path=location).plan()  # type: ignore[arg-type]
 
 
 def test_partials_that_cannot_be_stored_are_refused_before_any_job(spark: Any,
@@ -231,7 +229,7 @@ def test_partials_that_cannot_be_stored_are_refused_before_any_job(spark: Any,
         group_by = tt.GroupBy("spend", tt.EventSource(str(tmp_path / "events")), ["user_id"],
                               [tt.Aggregation("amount", "sum", windows=windows)])
         return tt.BackfillJob(tt.Join("bad", left, [group_by]), spark,
-                              partials_path=str(path))
+                              partials_path=str(path)).plan()
 
     with pytest.raises(ValueError, match=r"partials_path .*events/partials: the Join 'bad' "
                        r"reads .*events, which .*Fix: keep the partials in a folder of their"):
@@ -242,7 +240,7 @@ def test_partials_that_cannot_be_stored_are_refused_before_any_job(spark: Any,
                          ["user_id"], [tt.Aggregation("amount", "sum", windows=["1d"])])
     with pytest.raises(ValueError, match=r"the Join 'bad' reads .*spend, which"):
         tt.BackfillJob(tt.Join("bad", left, [in_lake]), spark,
-                       partials_path=str(tmp_path / "lake"))
+                       partials_path=str(tmp_path / "lake")).plan()
     job(["1d"], tmp_path)  # a folder that holds a table, beside the GroupBy's folder
     for window, why in [(tt.Window(1000, hop=700), "hop is 700 ms, which does not divide"),
                         (tt.Window(1), "leaves sliding windows of \\[1\\] ms without whole")]:
@@ -264,9 +262,9 @@ def test_stored_days_are_found_without_partition_type_inference(spark: Any,
     spark.conf.set(setting, "false")
     try:
         store = str(tmp_path / "partials")
-        first = tt.BackfillJob(join, spark, partials_path=store)
+        first = tt.BackfillJob(join, spark, partials_path=store).plan()
         first_rows = rows(first.dataframe())
-        second = tt.BackfillJob(join, spark, partials_path=store)
+        second = tt.BackfillJob(join, spark, partials_path=store).plan()
         assert rows(second.dataframe()) == first_rows
     finally:
         spark.conf.unset(setting)
@@ -294,7 +292,7 @@ def test_a_table_is_known_by_what_it_names_not_how_it_is_written(spark: Any,
         group_by = tt.GroupBy("spend", tt.EventSource(table), ["user_id"],
                               [tt.Aggregation("amount", "sum", windows=["7d"])])
         job = tt.BackfillJob(tt.Join("named", queries, [group_by]), spark,
-                             end="2024-01-02", partials_path=store)
+                             end="2024-01-02", partials_path=store).plan()
         return rows(job.dataframe()), job.report.notes
 
     try:

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from pyspark.sql import SparkSession
+from typer.testing import CliRunner
 
 import timetile as tt
+from timetile.cli import app
 from timetile.core.aggregators.base import ResultOverflowError
 from timetile.core.timeutil import DAY_MS, HOUR_MS, date_to_ms
 from timetile.offline.upload import upload
@@ -77,7 +79,7 @@ def test_an_entity_sum_past_int64_is_refused(spark: SparkSession) -> None:
     group_by = tt.GroupBy("ent", tt.EntitySource(snapshots, mutation_table=mutations), ["k"],
                           [tt.Aggregation("v", "sum")])
     join = tt.Join("ent", tt.EventSource(queries), [group_by])
-    with pytest.raises(Exception, match=r"ent_v_sum: an integer sum is past int64"):
+    with pytest.raises(Exception, match=r"ent_v_sum \(column 'v'\): an integer sum is past int64"):
         tt.backfill(join, spark).collect()
     later = tt.Join("ent", tt.EventSource(queries.where("q = 'back'")), [group_by])
     assert [row["ent_v_sum"] for row in tt.backfill(later, spark).collect()] == [BIG]
@@ -97,12 +99,36 @@ def test_the_fetcher_and_the_server_refuse_it_as_the_backfill_does(
         fetcher = Fetcher(join, kv)
         answer = fetcher.fetch([{"k": 1}], at=DAY + DAY_MS - 1)[0]  # inside int64 again
         assert answer.features["big_v_sum_1d"] == BIG
-        with pytest.raises(ResultOverflowError, match=r"big_v_sum_1d: an integer sum is past"):
+        with pytest.raises(ResultOverflowError,
+                           match=r"big_v_sum_1d \(column 'v'\): an integer sum is past"):
             fetcher.fetch([{"k": 1}], at=QUERIES["past"])
         client = TestClient(create_app({"big": join}, kv))
         response = client.post("/v1/features/big", json={"rows": [{"k": 1}],
                                                          "at": QUERIES["past"]})
         assert response.status_code == 422
         body = response.json()
-        assert body["error"].startswith("big_v_sum_1d: an integer sum is past int64")
+        assert body["error"].startswith("big_v_sum_1d (column 'v'): an integer sum is past int64")
         assert body["fix"].startswith("cast the column to double")
+
+
+def test_the_command_line_reports_it_as_a_user_error(spark: SparkSession,
+                                                      tmp_path: Path) -> None:
+    """In a backfill the refusal is raised in a Spark task; the CLI prints its line, exit 2."""
+    spark.createDataFrame(EVENTS, "k long, ts long, v long").write.parquet(
+        str(tmp_path / "events"))
+    spark.createDataFrame([(1, QUERIES["past"])], "k long, ts long").write.parquet(
+        str(tmp_path / "queries"))
+    defs = tmp_path / "defs.py"
+    defs.write_text(
+        "import timetile as tt\n"
+        f"events = tt.EventSource({str(tmp_path / 'events')!r}, time_column='ts')\n"
+        "big = tt.GroupBy('big', events, ['k'], [tt.Aggregation('v', 'sum', windows=['1d'])])\n"
+        f"join = tt.Join('big', tt.EventSource({str(tmp_path / 'queries')!r}, "
+        "time_column='ts'), [big])\n")
+    result = CliRunner().invoke(app, ["backfill", str(defs), "--start", "2024-01-02", "--end",
+                                      "2024-01-02", "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.stderr.split())
+    assert message.startswith("A feature cannot be computed: big_v_sum_1d (column 'v'): an "
+                              "integer sum is past int64"), message
+    assert "Fix: cast the column to double" in message

@@ -55,8 +55,6 @@ from timetile.core.aggregators.sketches import (
 )
 from timetile.core.types import ValueType
 
-pytestmark = pytest.mark.spark
-
 #: With ranks whose product with n floating point puts just above an integer (0.07 * 100).
 PERCENTILES = (0.0, 0.01, 0.07, 0.1, 0.25, 0.29, 0.5, 0.57, 0.75, 0.9, 0.99, 1.0)
 SPARK_RANKS = "array(" + ", ".join(f"{p}D" for p in PERCENTILES) + ")"

@@ -19,8 +19,6 @@ from timetile.core.aggregators import make_aggregator
 from timetile.core.types import ValueType
 from timetile.testing import same_value
 
-pytestmark = pytest.mark.spark
-
 #: op → Spark SQL over columns t (time) and v (value), by group g.
 SPARK_EQUIVALENTS = {
     "count": "count(v)",

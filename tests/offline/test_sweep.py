@@ -53,7 +53,7 @@ def test_the_sweep_equals_the_oracle(spark: Any) -> None:
                      for windows in (WINDOWS, None)]
     group_by = tt.GroupBy("s", tt.EventSource(events), ["user_id"], aggregations)
     join = tt.Join("sweep", tt.EventSource(queries), [group_by])
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     ours = job.dataframe().orderBy("user_id", "ts", "label").collect()
     assert job.report.path == "s: sweep"
     theirs = naive_backfill(join, spark).orderBy("user_id", "ts", "label").collect()
@@ -71,7 +71,7 @@ def test_the_sweep_names_what_it_cannot_compute(spark: Any) -> None:
     join = tt.Join("no_sweep", tt.EventSource(queries), [group_by])
     with pytest.raises(ValueError, match="cannot compute approx_percentile of float"):
         tt.backfill(join, spark, executor="sweep")
-    assert tt.BackfillJob(join, spark).report.path == "s: sweep+interval_tree"  # half: split
+    assert tt.BackfillJob(join, spark).plan().report.path == "s: sweep+interval_tree"  # half: split
 
 
 def test_huge_integers_sum_exactly(spark: Any) -> None:
@@ -119,7 +119,7 @@ def test_left_rows_ride_through_two_sweeps_unchanged(spark: Any) -> None:
         tt.JoinPart(spend, prefix="guest", key_mapping={"guest_id": "user_id"}),
         tt.JoinPart(spend, prefix="host", key_mapping={"host_id": "user_id"}),
     ])
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     ours = job.dataframe()
     assert job.report.path == "guest_spend: sweep, host_spend: sweep"
     theirs = naive_backfill(join, spark)
@@ -149,7 +149,7 @@ def test_left_columns_of_other_types_ride_through_unchanged(spark: Any) -> None:
     join = tt.Join("types", tt.EventSource(left), [
         tt.JoinPart(spend, prefix="guest", key_mapping={"guest_id": "user_id"}),
         tt.JoinPart(spend, prefix="user")])
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     ours = job.dataframe()
     assert job.report.path == "guest_spend: sweep, user_spend: sweep"
     theirs = naive_backfill(join, spark)
@@ -177,7 +177,7 @@ def test_events_without_values_add_nothing_and_are_no_queries(spark: Any) -> Non
         tt.Aggregation("amount", op, windows=["1d"]) for op in ("count", "sum", "max")]
         + [tt.Aggregation("item", "count")])
     join = tt.Join("nulls", tt.EventSource(queries), [group_by])
-    job = tt.BackfillJob(join, spark)
+    job = tt.BackfillJob(join, spark).plan()
     ours = job.dataframe().orderBy("user_id", "ts").collect()
     assert job.report.path == "s: sweep"
     theirs = naive_backfill(join, spark).orderBy("user_id", "ts").collect()
@@ -225,3 +225,24 @@ def test_event_order_ops_break_ties_by_value(spark: Any) -> None:
     ours = tt.backfill(join, spark, executor="sweep").orderBy("user_id", "ts").collect()
     theirs = naive_backfill(join, spark).orderBy("user_id", "ts").collect()
     assert not differing_cells(ours, theirs, join.output_columns())  # -0.0 equals 0.0 there
+
+
+def test_left_rows_arrow_cannot_carry_are_swept_as_queries_and_joined_back(spark: Any) -> None:
+    """A left column of a type Arrow lacks (an interval) cannot ride through Python: the
+    part's distinct queries are swept instead and the features joined back; the column,
+    duplicates and all, comes back unchanged, and every feature is the ridden one's."""
+    table = random_events(300, 8, seed=61, days=2)
+    events = to_spark(spark, table)
+    queries = to_spark(spark, random_queries(table, 50, seed=62))
+    left = queries.unionAll(queries.limit(5)).withColumn(
+        "wait", F.expr("make_interval(0, 0, 0, 1, 2, 0, 0)"))
+    spend = tt.GroupBy("spend", tt.EventSource(events), ["user_id"], [
+        tt.Aggregation("amount", op, windows=["1d"]) for op in ("sum", "last")])
+    job = tt.BackfillJob(tt.Join("waits", tt.EventSource(left), [spend]), spark).plan()
+    assert job.report.path == "spend: sweep"
+    ours = job.dataframe().withColumn("wait", F.col("wait").cast("string"))
+    ridden = tt.backfill(tt.Join("waits", tt.EventSource(left.drop("wait")), [spend]), spark)
+    assert ours.count() == ridden.count() == 55
+    assert {row["wait"] for row in ours.select("wait").collect()} == {"1 days 2 hours"}
+    assert ours.drop("wait").exceptAll(ridden).count() == 0
+    assert ridden.exceptAll(ours.drop("wait")).count() == 0

@@ -9,6 +9,7 @@ its answers are checked within the oracle's rank bounds instead.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,6 @@ from timetile.testing import (
     same_value,
     to_spark,
 )
-
-pytestmark = pytest.mark.spark
 
 DS = "2024-01-02"
 DAY_END = date_to_ms(DS) + DAY_MS
@@ -62,46 +61,67 @@ def aggregations() -> list[tt.Aggregation]:
     return made
 
 
-def test_fetch_equals_backfill_at_every_time(spark: Any, store_uri: str,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+@dataclass(frozen=True)
+class Contract:
+    """The events, the ones streamed after the upload, and the backfill at every fetch."""
+
+    users: tt.GroupBy
+    streamed: pa.Table
+    late: pa.Table
+    keys: list[int]
+    at: list[int]
+    join: tt.Join
+    truth: dict[tuple[int, int], Any]
+    bounds: dict[tuple[int, int], Any]
+
+
+@pytest.fixture(scope="module")
+def contract(spark: Any) -> Contract:
+    """What both stores' test compares with: the backfill and the oracle, computed once."""
     table = random_events(700, 12, seed=51, start="2024-01-01", days=3)
     events = to_spark(spark, table)
     users = tt.GroupBy("users", tt.EventSource(events), ["user_id"], aggregations())
-    report = upload(users, spark, DS, store_uri)
-    assert report.written["users"][0] > 0
     times = pc.fill_null(table.column("ts"), -1)
     streamed = table.filter(pc.and_(pc.greater_equal(times, DAY_END),
                                     pc.less(times, STREAMED_UNTIL)))
     late = table.filter(pc.and_(pc.greater_equal(times, 0), pc.less(times, DAY_END))).slice(0, 5)
+    rng = np.random.default_rng(52)
+    stamps = streamed.column("ts").to_pylist()
+    at = sorted({DAY_END, STREAMED_UNTIL, DAY_END + 6 * HOUR_MS, *stamps[:6],
+                 *(int(t) for t in rng.integers(DAY_END, STREAMED_UNTIL, 8))})
+    keys = [1, 2, 3, 7, 12, 99]  # 99 has no event at all
+    queries = spark.createDataFrame([(k, t) for k in keys for t in at], "user_id long, ts long")
+    join = tt.Join("online", tt.EventSource(queries), [users])
+    truth = {(row["user_id"], row["ts"]): row for row in tt.backfill(join, spark).collect()}
+    bounds = {(row["user_id"], row["ts"]): row
+              for row in percentile_rank_bounds(join, spark, KLL_RANK_ERROR).collect()}
+    return Contract(users, streamed, late, keys, at, join, truth, bounds)
+
+
+def test_fetch_equals_backfill_at_every_time(spark: Any, store_uri: str, contract: Contract,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    users, streamed, late, keys = contract.users, contract.streamed, contract.late, contract.keys
+    report = upload(users, spark, DS, store_uri)
+    assert report.written["users"][0] > 0
     with open_store(store_uri) as store:
         half = streamed.num_rows // 2
         first = put_events(store, users, pa.concat_tables([streamed.slice(0, half), late]), "b1")
         assert first.late == late.num_rows
         put_events(store, users, streamed.slice(half), "b2")
         put_events(store, users, streamed.slice(half), "b2")  # a replay: no double count
-        rng = np.random.default_rng(52)
-        stamps = streamed.column("ts").to_pylist()
-        at = sorted({DAY_END, STREAMED_UNTIL, DAY_END + 6 * HOUR_MS, *stamps[:6],
-                     *(int(t) for t in rng.integers(DAY_END, STREAMED_UNTIL, 8))})
-        keys = [1, 2, 3, 7, 12, 99]  # 99 has no event at all
-        queries = spark.createDataFrame([(k, t) for k in keys for t in at],
-                                        "user_id long, ts long")
-        join = tt.Join("online", tt.EventSource(queries), [users])
-        truth = {(row["user_id"], row["ts"]): row for row in tt.backfill(join, spark).collect()}
-        bounds = {(row["user_id"], row["ts"]): row
-                  for row in percentile_rank_bounds(join, spark, KLL_RANK_ERROR).collect()}
         bad = []
         # As fetches fold these short runs, then with checkpoints every few events, so that
         # kept states stand in for most of each run, as they do for a hot key's.
         for min_block, scale in ((series_folds.MIN_BLOCK, series_folds.BLOCK_SCALE), (1, 1)):
             monkeypatch.setattr(series_folds, "MIN_BLOCK", min_block)
             monkeypatch.setattr(series_folds, "BLOCK_SCALE", scale)
-            fetcher = Fetcher(join, store)
-            for moment in at:
+            fetcher = Fetcher(contract.join, store)
+            for moment in contract.at:
                 for key, result in zip(keys, fetcher.fetch([{"user_id": k} for k in keys],
                                                            at=moment), strict=True):
                     assert result.stale == []
-                    expected, bound = truth[(key, moment)], bounds[(key, moment)]
+                    expected = contract.truth[(key, moment)]
+                    bound = contract.bounds[(key, moment)]
                     for name, value in result.features.items():
                         ok = (percentiles_within(value, bound[name])
                               if "_approx_percentile" in name

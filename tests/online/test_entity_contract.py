@@ -26,8 +26,6 @@ from timetile.store.kv import open_store
 from timetile.store.tiles import put_events
 from timetile.testing import random_entities, same_value, to_spark
 
-pytestmark = pytest.mark.spark
-
 DS = "2024-01-01"
 DAY_END = date_to_ms(DS) + DAY_MS
 KEYS = [1, 2, 3, 4, 9, 10, 99]  # 10 is inserted on the first day; 99 never exists

@@ -28,8 +28,6 @@ from timetile.store.kv import open_store
 from timetile.store.tiles import put_events
 from timetile.testing import random_events, to_spark
 
-pytestmark = pytest.mark.spark
-
 DS = "2024-01-02"
 DAY_END = date_to_ms(DS) + DAY_MS
 STREAMED_UNTIL = DAY_END + 20 * HOUR_MS

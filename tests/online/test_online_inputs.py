@@ -18,8 +18,6 @@ from timetile.store.kv import check_table, open_store
 from timetile.store.layout import KeyValueError, batch_table, encode_key, tile_table
 from timetile.store.tiles import put_events
 
-pytestmark = pytest.mark.spark
-
 DS = "2024-01-02"
 DAY_END = date_to_ms(DS) + DAY_MS
 

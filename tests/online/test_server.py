@@ -1,8 +1,10 @@
-"""The HTTP service over a real store: LMDB filled by ``upload`` on Spark, then FastAPI's
+"""The HTTP service over a real store: LMDB filled as ``upload`` fills it, then FastAPI's
 TestClient; one test stops a real redis-server under a running app.
 
 The data are small enough to check by hand: at ``AT`` (an hour after the upload's day end),
-``users_amount_sum_1d`` sums the amounts in ``[AT − 1d, AT)``.
+``users_amount_sum_1d`` sums the amounts in ``[AT − 1d, AT)``. The stores are filled without
+Spark (:mod:`timetile.testing.hand_upload`), so only one test here starts Spark: the one
+that checks that ``upload`` on Spark serves exactly what the hand upload serves.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -28,10 +32,9 @@ from timetile.online.server import create_app
 from timetile.store.kv import open_store
 from timetile.store.layout import META_TABLE, served_definition
 from timetile.store.lmdb_store import LmdbStore
-from timetile.store.tiles import put_events
+from timetile.store.tiles import put_events, read_meta
 from timetile.testing import RedisServer
-
-pytestmark = pytest.mark.spark
+from timetile.testing.hand_upload import upload_key
 
 DS = "2024-01-02"
 DAY_END = date_to_ms(DS) + DAY_MS
@@ -70,22 +73,77 @@ def definitions(views: str, checkouts: str) -> tuple[tt.Join, tt.Join]:
     return model, tt.Join("pending", left, [never])
 
 
-@pytest.fixture(scope="module")
-def uploaded(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Upload ``users`` into a fresh LMDB store, then stream one more event of user 1."""
-    root = tmp_path_factory.mktemp("server")
-    views, checkouts = str(root / "views"), str(root / "checkouts")
-    spark.createDataFrame(EVENTS, SCHEMA).coalesce(1).write.parquet(views)
-    spark.createDataFrame([(1, 2, AT)], "user_id long, seller_id long, ts long") \
-        .write.parquet(checkouts)
-    model, pending = definitions(views, checkouts)
-    uri = f"lmdb://{root / 'store'}"
-    upload(model, spark, DS, uri)
+def upload_by_hand(uri: str, group_by: tt.GroupBy, ds: str) -> None:
+    """Write what ``upload(group_by, spark, ds, uri)`` writes of ``EVENTS``, without Spark.
+
+    ``test_the_hand_upload_serves_what_the_upload_on_spark_serves`` holds the two equal.
+    """
+    day_end = date_to_ms(ds) + DAY_MS
+    by_key: dict[int, list[tuple[int, int, float, int]]] = {}
+    for event in sorted(EVENTS, key=lambda event: event[3]):
+        if event[3] < day_end:
+            by_key.setdefault(event[0], []).append(event)
+    with open_store(uri) as store:
+        for user, events in by_key.items():
+            times = np.array([event[3] for event in events], dtype=np.int64)
+            columns = {"item": (np.array([event[1] for event in events], dtype=np.int64), times),
+                       "amount": (np.array([event[2] for event in events]), times)}
+            upload_key(store, group_by, day_end, columns, key=(user,),
+                       value_types={"item": "int", "amount": "float"})
+
+
+def stream_one_event(uri: str, group_by: tt.GroupBy) -> None:
     streamed = pa.table({name: [value] for name, value in
                          zip(["user_id", "item", "amount", "ts"], STREAMED, strict=True)})
     with open_store(uri) as store:
-        put_events(store, model.join_parts[0].group_by, streamed, "b1")
+        put_events(store, group_by, streamed, "b1")
+
+
+def write_sources(root: Path) -> tuple[str, str]:
+    """Write the events and the left rows as Parquet; return their paths."""
+    views, checkouts = root / "views", root / "checkouts"
+    views.mkdir()
+    checkouts.mkdir()
+    columns = list(zip(*EVENTS, strict=True))
+    pq.write_table(pa.table([pa.array(columns[0], pa.int64()), pa.array(columns[1], pa.int64()),
+                             pa.array(columns[2], pa.float64()), pa.array(columns[3], pa.int64())],
+                            names=["user_id", "item", "amount", "ts"]), views / "part-0.parquet")
+    pq.write_table(pa.table({"user_id": pa.array([1], pa.int64()),
+                             "seller_id": pa.array([2], pa.int64()),
+                             "ts": pa.array([AT], pa.int64())}), checkouts / "part-0.parquet")
+    return str(views), str(checkouts)
+
+
+@pytest.fixture(scope="module")
+def uploaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Upload ``users`` into a fresh LMDB store, then stream one more event of user 1."""
+    root = tmp_path_factory.mktemp("server")
+    model, pending = definitions(*write_sources(root))
+    uri = f"lmdb://{root / 'store'}"
+    upload_by_hand(uri, model.join_parts[0].group_by, DS)
+    stream_one_event(uri, model.join_parts[0].group_by)
     return {"uri": uri, "model": model, "pending": pending, "root": root}
+
+
+def test_the_hand_upload_serves_what_the_upload_on_spark_serves(
+        spark: Any, uploaded: dict[str, Any], tmp_path: Path) -> None:
+    """The other tests' stores are filled by hand: ``upload`` on Spark, from the same
+    Parquet, writes the same metadata (but its generation) and serves the same features to
+    every key, at the upload's day end, the stream's event and an hour later."""
+    model = uploaded["model"]
+    users = model.join_parts[0].group_by
+    uri = f"lmdb://{tmp_path / 'store'}"
+    upload(model, spark, DS, uri)
+    stream_one_event(uri, users)
+    rows = [{"user_id": user, "seller_id": (user + 1) % 7} for user in range(7)]
+    with open_store(uri) as on_spark, open_store(uploaded["uri"]) as by_hand:
+        assert replace(read_meta(on_spark, users), generation=0) == read_meta(by_hand, users)
+        for at in (DAY_END, STREAMED[3], STREAMED[3] + 1, AT):
+            theirs = Fetcher(model, on_spark).fetch(rows, at=at)
+            ours = Fetcher(model, by_hand).fetch(rows, at=at)
+            assert [result.stale for result in ours] == [result.stale for result in theirs]
+            assert [to_json_value(result.features) for result in ours] == [
+                to_json_value(result.features) for result in theirs], at
 
 
 @pytest.fixture
@@ -340,19 +398,19 @@ def test_openapi_docs_show_an_example(client: TestClient) -> None:
     assert "NaN" in spec["info"]["description"]
 
 
-def test_uploads_are_picked_up_without_restart(
-    spark: Any, uploaded: dict[str, Any], tmp_path: Path
-) -> None:
+def test_uploads_are_picked_up_without_restart(uploaded: dict[str, Any], tmp_path: Path
+                                               ) -> None:
     uri = f"lmdb://{tmp_path / 'store'}"
     app = create_app({"model": uploaded["model"]}, uri, refresh_seconds=0)
     with TestClient(app) as client:
         assert error_of(post(client, [{"user_id": 1, "seller_id": 2}]), 503)["field"] == "join"
         assert client.get("/health").json()["joins"]["model"]["ready"] is False
-        upload(uploaded["model"], spark, DS, uri)  # the first upload
+        users = uploaded["model"].join_parts[0].group_by
+        upload_by_hand(uri, users, DS)  # the first upload
         response = post(client, [{"user_id": 2, "seller_id": 2}])
         assert response.status_code == 200
         assert response.json()["results"][0]["features"]["users_amount_sum_1d"] == 3.0
-        upload(uploaded["model"], spark, "2024-01-03", uri)  # the next day's
+        upload_by_hand(uri, users, "2024-01-03")  # the next day's
         health = client.get("/health").json()
         assert health["joins"]["model"]["uploaded"] == {"users": "2024-01-03"}
         late = DAY_END + 2 * DAY_MS - HOUR_MS  # stale for the first upload, not the second
@@ -360,11 +418,11 @@ def test_uploads_are_picked_up_without_restart(
             "results"][0]["stale"] == []
 
 
-def test_an_unreachable_store_is_503(spark: Any, uploaded: dict[str, Any]) -> None:
+def test_an_unreachable_store_is_503(uploaded: dict[str, Any]) -> None:
     server = RedisServer().start()
     url = server.url
     try:
-        upload(uploaded["model"], spark, DS, url)
+        upload_by_hand(url, uploaded["model"].join_parts[0].group_by, DS)
         app = create_app({"model": uploaded["model"]}, url)
         with TestClient(app) as client:
             assert post(client, [{"user_id": 2, "seller_id": 2}]).status_code == 200

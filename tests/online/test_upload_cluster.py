@@ -1,5 +1,7 @@
 """``upload`` runs on the executors: a local cluster of separate executor JVMs writes every
-record to Redis, with a driver result limit far below the records' total size."""
+record to Redis, with a driver result limit far below the records' total size.
+
+Spark runs in a process of its own here, so the test is marked ``spark`` by hand."""
 
 from __future__ import annotations
 
@@ -9,12 +11,17 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import timetile as tt
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
 from timetile.store.kv import open_store
 
-KEYS = 30_000
+pytestmark = pytest.mark.spark
+
+#: 10,000 keys of 4 events: about 2.9 MB of records, nearly three times the driver's limit.
+KEYS = 10_000
 SCRIPT = """
 import sys
 from pyspark.sql import SparkSession, functions as F

@@ -32,8 +32,6 @@ from timetile.store.layout import (
     part_signatures,
 )
 
-pytestmark = pytest.mark.spark
-
 DS = "2024-01-02"
 DAY_END = date_to_ms(DS) + DAY_MS
 

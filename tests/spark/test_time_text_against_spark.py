@@ -18,8 +18,6 @@ from pyspark.sql import types as T
 from timetile.core.time_text import TimeTextError, text_millis
 from timetile.spark.sources import time_millis
 
-pytestmark = pytest.mark.spark
-
 FIELDS = {
     "year": ["2024", "1969", "0000", "0001", "1900", "2000", "9999"],
     "month": ["1", "01", "02", "12", "13", "0", "00"],

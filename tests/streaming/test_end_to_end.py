@@ -18,8 +18,6 @@ from timetile.streaming.file_source import FileSource
 from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.verify.consistency import consistency
 
-pytestmark = pytest.mark.spark
-
 
 class CrashError(RuntimeError):
     """Stands for the process dying after a batch's tiles are written, before its commit."""

@@ -23,8 +23,6 @@ from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.testing import random_entities, same_value, to_spark
 from timetile.verify.consistency import consistency
 
-pytestmark = pytest.mark.spark
-
 DS = "2024-01-01"
 DAY_END = date_to_ms(DS) + DAY_MS
 KEYS = [1, 2, 3, 5, 10, 99]

@@ -35,8 +35,6 @@ from timetile.streaming.job import BatchReport, TileStream, events_frame, stream
 from timetile.streaming.state import StreamOwnershipError, read_state
 from timetile.testing import same_value
 
-pytestmark = pytest.mark.spark
-
 
 def run(world: World, spark: Any, store_uri: str, checkpoint: Path, **options: Any) -> TileStream:
     """Stream the landed files one per micro-batch until idle."""

@@ -28,8 +28,6 @@ from timetile.streaming.redis_source import RedisStreamSource
 from timetile.streaming.sources import StreamSource
 from timetile.streaming.state import StreamCounts
 
-pytestmark = pytest.mark.spark
-
 Event = tuple[int | None, float | None, float]  # user, hours after DAY_END (None: no time), amount
 
 TRANSCRIPT: dict[str, Any] = {

@@ -21,8 +21,6 @@ from timetile.streaming.job import BatchReport, stream_group_by
 from timetile.streaming.redis_source import RedisStreamSource
 from timetile.streaming.sources import parse_source
 
-pytestmark = pytest.mark.spark
-
 PER_BATCH = 60
 
 

@@ -29,8 +29,6 @@ from timetile.testing import naive_backfill, random_entities, to_spark
 from timetile.testing.entity_oracle import entity_state
 from timetile.testing.generators import random_entity_queries
 
-pytestmark = pytest.mark.spark
-
 D = 86_400_000
 Image = tuple[Any, ...]
 

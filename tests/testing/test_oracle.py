@@ -27,8 +27,6 @@ from timetile.testing import (
     to_spark,
 )
 
-pytestmark = pytest.mark.spark
-
 NAN, INF = math.nan, math.inf
 DAY = 86_400_000
 

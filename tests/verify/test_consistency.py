@@ -46,8 +46,6 @@ from timetile.verify.values import (
     within_unique_count,
 )
 
-pytestmark = pytest.mark.spark
-
 DS = "2024-01-02"
 DAY_END = date_to_ms(DS) + DAY_MS
 STREAMED_UNTIL = DAY_END + 20 * HOUR_MS

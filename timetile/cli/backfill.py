@@ -50,11 +50,13 @@ _BACKFILL_EXAMPLE = """\
   it resolve against the current directory. Under spark-submit, the active session is used.[/]
 """
 
+
 class OutputFormat(str, Enum):
     """The output file formats."""
 
     parquet = "parquet"
     csv = "csv"
+
 
 def _check_output(output: str, overwrite: bool) -> None:
     if not output.strip():
@@ -67,6 +69,7 @@ def _check_output(output: str, overwrite: bool) -> None:
                        "or write elsewhere.")
     check_writable("--output", output)
 
+
 def _check_not_an_input(output: str, join: Join) -> None:
     """Refuse an output that is, holds or lies in a path the Join reads.
 
@@ -76,6 +79,7 @@ def _check_not_an_input(output: str, join: Join) -> None:
     if read is not None:
         raise CliError(f"--output {output}: the Join {join.name!r} reads {read}, which writing "
                        "there would replace. Fix: write the output to another folder.")
+
 
 def writable(frame: DataFrame, output_format: OutputFormat) -> DataFrame:
     """Shape ``frame`` so the format can hold it: CSV gets arrays and maps as JSON strings."""
@@ -91,6 +95,7 @@ def writable(frame: DataFrame, output_format: OutputFormat) -> DataFrame:
         for field in frame.schema.fields
     ])
 
+
 @dataclass
 class BackfillResult:
     """What a backfill run produced: the report, the output read back, and its wall time."""
@@ -99,6 +104,7 @@ class BackfillResult:
     output: DataFrame
     rows: int
     seconds: float
+
 
 def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, start: str,
                  end: str, output: str, output_format: OutputFormat, strict: bool,
@@ -112,7 +118,7 @@ def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, star
     began = time.perf_counter()
     with progress.stage("plan, count input"):
         job = BackfillJob(join, spark, start, end, strict=strict, executor=executor,
-                          partials_path=partials, max_key_events=max_key_events)
+                          partials_path=partials, max_key_events=max_key_events).plan()
     with progress.stage("compute+write"), job.report.stage("compute+write"):
         writer = writable(job.dataframe(), output_format).write
         writer = writer.mode("overwrite" if overwrite else "errorifexists")
@@ -122,6 +128,7 @@ def run_backfill(spark: SparkSession, join: Join, progress: JobProgress, *, star
     written = (spark.read.format(output_format.value).option("header", "true")
                .load(literal_path(output)))
     return BackfillResult(job.report, written, written.count(), seconds)
+
 
 def backfill(
     *,

@@ -60,8 +60,8 @@ def user_errors(debug: bool) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        if not isinstance(error, (CliError, DefinitionError, BadInputError, StoreUnavailable,
-                                  ResultOverflowError)) and not _is_unreadable_input(error):
+        if not isinstance(error, (CliError, DefinitionError, BadInputError, StoreUnavailable)
+                          ) and not _is_unreadable_input(error) and _refused(error) is None:
             raise
         if debug:
             _err.print(traceback.format_exc(), markup=False, highlight=False)
@@ -74,8 +74,9 @@ def _describe(error: Exception) -> str:
         return f"The definition cannot work. {error}"
     if isinstance(error, BadInputError):
         return f"Bad input (--strict): {error}"
-    if isinstance(error, ResultOverflowError):
-        return f"A feature cannot be computed: {error}"
+    refused = _refused(error)
+    if refused is not None:
+        return f"A feature cannot be computed: {refused}"
     if isinstance(error, StoreUnavailable):
         return (f"The store cannot be reached: {error}. Fix: check the --store URI, and that "
                 "the store is running (for Redis: redis-cli -u URL ping).")
@@ -85,6 +86,22 @@ def _describe(error: Exception) -> str:
                 "table names in the definitions (relative paths resolve against the current "
                 "directory); for the demo's definitions, run `timetile demo` first.")
     return str(error)
+
+
+def _refused(error: Exception) -> str | None:
+    """Return the message of a result an op refused (an int sum past int64), else None.
+
+    A fetch raises :class:`ResultOverflowError` itself; in a backfill it is raised in a Spark
+    task and reaches the driver as the job's failure, its text holding the Python traceback,
+    whose last line names the feature, its column and the fix.
+    """
+    if isinstance(error, ResultOverflowError):
+        return str(error)
+    marker = f"{ResultOverflowError.__name__}: "
+    text = str(error)
+    if marker not in text:
+        return None
+    return text.rsplit(marker, 1)[1].strip().splitlines()[0]
 
 
 def _is_unreadable_input(error: Exception) -> bool:

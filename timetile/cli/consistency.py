@@ -42,6 +42,7 @@ _CONSISTENCY_EXAMPLE = """\
   features.parquet, differences.parquet and report.html (open it in a browser).[/]
 """
 
+
 def consistency(
     *,
     defs: Defs,
@@ -76,6 +77,7 @@ def consistency(
         except ConsistencyError as error:
             raise CliError(f"{error}.") from None
         print_consistency(out, report)
+
 
 def print_consistency(out: Console, report: ConsistencyReport) -> None:
     """Print the per-feature table of a consistency report, then its summary line."""

@@ -36,13 +36,14 @@ if TYPE_CHECKING:
 _DEMO_EXAMPLE = """\
 [bold]Example[/]
 
-  [cyan]timetile demo[/]                                  [dim]# 200k views: ~50 s on 2 cores[/]
+  [cyan]timetile demo[/]                                  [dim]# 200k views, the default[/]
   [cyan]timetile demo --events 2000000 --data-dir /tmp/tt-demo[/]   [dim]# bigger[/]
 
   [dim]Then rerun the backfill yourself, or edit the definitions:[/]
   [cyan]timetile backfill timetile/demo/checkout_model.py --start 2024-02-01 --end 2024-02-29 \\
       --output timetile-demo/output/checkout_model --overwrite --show 3[/]
 """
+
 
 def demo(
     *,
@@ -129,11 +130,13 @@ def demo(
         print_summary(console, chosen, result.report, rows=result.rows, seconds=seconds,
                       definitions=definitions, output=target)
 
+
 def _not_written(served: DemoFetch) -> str:
     """Name the demo's events the streams did not write (late or unusable), if any."""
     counts = served.counts
     left = counts.late + counts.behind_watermark + counts.unusable
     return f" ({left:,} late or unusable, not written)" if left else ""
+
 
 @contextmanager
 def _environment(name: str, value: str) -> Iterator[None]:

@@ -77,6 +77,7 @@ _DIGITS = re.compile(r"^-?\d+$")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
+
 def parse_time(option: str, value: str) -> int:
     """Parse epoch milliseconds or an ISO 8601 time (UTC when no offset is given).
 
@@ -105,6 +106,7 @@ def parse_time(option: str, value: str) -> int:
         moment = moment.replace(tzinfo=timezone.utc)
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
+
 def parse_keys(values: list[str]) -> dict[str, str]:
     """Parse ``--key NAME=VALUE`` options into a row (values stay text: the fetcher casts)."""
     row: dict[str, str] = {}
@@ -117,6 +119,7 @@ def parse_keys(values: list[str]) -> dict[str, str]:
                            f"{text.strip()!r}). Fix: give each key once; fetch one row at a time.")
         row[name.strip()] = text.strip()
     return row
+
 
 def upload(
     *,
@@ -161,6 +164,7 @@ def upload(
         print_upload(out, written, store=redacted_uri(store), ds=ds,
                      seconds=time.perf_counter() - began)
 
+
 def serve(
     *,
     defs: Defs,
@@ -204,11 +208,12 @@ def serve(
             gc.unfreeze()  # so the interpreter's last collection frees them at exit
             kv.close()
 
+
 def _freeze_startup_heap() -> None:
     """Leave what the server holds from its start out of every later garbage collection.
 
     The modules, definitions and fetchers live as long as the process; a full collection
-    would walk them all (about 130,000 objects in the serving benchmark's server, every
+    would walk them all (the serving benchmark's server: benchmarks/RESULTS.md, every
     request waiting) each time it runs. ``gc.freeze`` moves them to the permanent
     generation, after one collection so that no garbage goes with them. Anything frozen
     stays reachable or is freed by reference counting as before; only a reference cycle
@@ -217,6 +222,7 @@ def _freeze_startup_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+
 
 def _free_port(host: str, port: int) -> int:
     """Return ``port`` (for 0, a free one) once a probe could listen on it at ``host``.
@@ -238,6 +244,7 @@ def _free_port(host: str, port: int) -> int:
         raise CliError(f"--host {host} --port {port}: cannot listen there ({reason}). Fix: "
                        "choose another --port (or stop what serves on it), or a --host of "
                        "this machine.") from None
+
 
 def fetch(
     *,
@@ -281,6 +288,7 @@ def fetch(
         print_features(out, result.features, columns,
                        title=f"{chosen.name} at {ms_to_iso(when)} · {keys}", stale=stale,
                        before_upload=early)
+
 
 def _check_keys(columns: list[str], row: dict[str, str]) -> None:
     wanted = " ".join(f"--key {column}=VALUE" for column in columns)

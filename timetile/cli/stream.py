@@ -48,6 +48,7 @@ _STREAM_EXAMPLE = """\
   columns, mutation_ts, is_before), counted by mutation time.[/]
 """
 
+
 def stream(
     *,
     defs: Defs,
@@ -136,10 +137,12 @@ def stream(
                   "unusable (totals of this checkpoint)",
                   markup=False, highlight=False)
 
+
 _FAILURE = re.compile(r"(StreamOwnershipError|LookupError|DefinitionError): (.+)")
 
 _UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE\.?(\w*)\] (.+?)(?: SQLSTATE: \w+)?$",
                               re.MULTILINE)
+
 
 def _stream_failure(error: Exception) -> str:
     """Return the user-facing reason of a failed streaming query, or its first line."""

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from timetile.core.aggregators import Aggregator, bucketed_values
-from timetile.core.aggregators.base import ResultOverflowError
+from timetile.core.aggregators.base import ResultOverflowError, refused
 from timetile.core.windows import WindowKind, window_interval
 
 #: A row image: the values of the row columns, in order.
@@ -115,7 +115,8 @@ class EntityFeature:
         window: (kind, length, hop) of the window over the rows' times.
         bucket: for a bucketed aggregation, the index of the bucket column (rows with a
             null bucket are left out, as null values are).
-        name: the output column, for errors (a result the op refuses names it).
+        name: the output column, and ``source_column`` the aggregated one, by which a
+            result the op refuses is named (:func:`~timetile.core.aggregators.base.refused`).
 
     """
 
@@ -123,8 +124,9 @@ class EntityFeature:
     aggregator: Aggregator[Any]
     dtype: np.dtype[Any]
     window: tuple[WindowKind, int | None, int | None]
+    name: str
+    source_column: str
     bucket: int | None = None
-    name: str = ""
 
     @property
     def lifetime(self) -> bool:
@@ -232,7 +234,7 @@ class EntityReplay:
             try:
                 results.append(aggregator.finalize(state))
             except ResultOverflowError as error:
-                raise ResultOverflowError(f"{feature.name}: {error}") from None
+                raise refused(feature.name, feature.source_column, error) from None
         if self.lookup:
             results.extend(self._lookup())
         return results

@@ -20,11 +20,12 @@ fetch folds few events, in two ways, by what the run's ends do from fetch to fet
 
 ``block`` is :func:`block_size`, ``max(MIN_BLOCK, 4 * isqrt(n))`` for ``n`` events: at most
 about ``sqrt(n) / 4`` states per (op, anchor) or op. A block costs a fold call and a merge
-to build, where a fetch folds its events in a few vectorized calls: ``sqrt(n)``-event blocks
-made a hot key's first fetch after an upload 5 times its old cost, ``4 * sqrt(n)`` about
-twice, for 0.15 ms more at p99 once built (benchmarks/RESULTS.md, "Hot keys fetch from kept
-states"). A checkpoint or block edge never splits the events of one millisecond, so a kept
-state and the events beside it are disjoint in time, as the tiled executor's hops are.
+to build, where a fetch folds its events in a few vectorized calls: smaller blocks make the
+first fetch after an upload, which builds them, cost more, and larger ones each later fetch
+(the figures that chose ``4 * isqrt(n)``: benchmarks/HISTORY.md, "Hot keys fetch from kept
+states"; the current ones: benchmarks/RESULTS.md, "hot key fetch"). A checkpoint or block
+edge never splits the events of one millisecond, so a kept state and the events beside it
+are disjoint in time, as the tiled executor's hops are.
 
 Only ops whose merges give what one fold gives, wherever the run is cut, and whose states
 stay small (:attr:`~timetile.core.aggregators.base.Aggregator.checkpointable`) keep states;

@@ -54,8 +54,9 @@ class TimeArithmetic(ABC, Generic[T]):
 
     Times are epoch milliseconds within int64. ``minus`` and ``floor`` never go below
     :data:`MIN_TIME` and ``ceil`` never above :data:`MAX_TIME`: a bound that would leave
-    int64 stops at its end. ``where``, ``constant`` and the operators ``<``, ``==``, ``&``
-    and ``~`` on the representation's own booleans are the rest.
+    int64 stops at its end. ``where``, ``constant`` and the operators ``<`` and ``==`` are
+    the rest; the rules over many times (the hop pieces) also combine the representation's
+    booleans with ``&`` and ``~``, which arrays and columns apply elementwise.
     """
 
     @abstractmethod

@@ -1,7 +1,13 @@
-"""Example definitions shipped with timetile; ``timetile demo`` runs ``checkout_model``.
+"""The demo: its data, its serving step and its example definitions, in one place.
 
-Also where the examples read their tables. Free of Spark, so the command line can show these
-defaults without loading it.
+- :mod:`.data` (and :mod:`.ratings`): the marketplace tables, generated in Spark;
+- :mod:`.serving`: the demo's online step (upload, stream the landed morning, fetch);
+- ``checkout_model.py`` and ``listing_ratings.py``: the example definitions, which
+  ``timetile backfill timetile/demo/checkout_model.py ...`` and the other commands read, and
+  which ``timetile demo`` runs.
+
+This module says where the examples read their tables. Free of Spark, so the command line
+can show these defaults without loading it.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from pyspark.sql import types as T
 from timetile.api.errors import DefinitionError, Problem, one_of
 from timetile.api.join import Join
 from timetile.offline.executors.entity import entity_output_fields
-from timetile.offline.executors.reference import feature_fields
+from timetile.offline.executors.features import feature_fields
 from timetile.offline.plan import AnyPartPlan, BackfillPlan, EntityPartPlan
 from timetile.spark.sources import quote
 

@@ -85,8 +85,9 @@ _DRAW = "_tt_draw"  # in the search: a row's uniform draw, for the sample and it
 
 #: Key comparisons (hot keys × key columns) up to which :func:`with_chunks` finds a row's
 #: chunk length with one CASE expression, compiled; beyond it, by a broadcast join, which
-#: costs more per row (1.5 to 3.4 s of a 24 s backfill of 20M rows in ``hot_key.py``) but
-#: does not grow with the keys: a CASE of some 200 comparisons took seconds to compile.
+#: costs more per row but does not grow with the keys, where a CASE of a few hundred
+#: comparisons takes seconds to compile (benchmarks/HISTORY.md, "A key hot on the left, and
+#: the chunk lookup by CASE").
 CASE_LIMIT = 64
 
 
@@ -226,9 +227,10 @@ def key_bucket(keys: Sequence[str]) -> Column:
 def worth_tallying(frames: Sequence[DataFrame], max_rows: int) -> bool:
     """Whether the count job should tally a part's rows by :func:`key_bucket`.
 
-    The tally spares the search on a big part without hot keys (a pass over its rows: 1 s of
-    a 9 s backfill of 11M rows), and costs a small part, which needs no search at all (at most
-    ``max_rows`` rows in all), some 0.2 s for nothing (of a 2 s backfill of 1.1M rows). The
+    The tally spares the search on a big part without hot keys (a pass over its rows), and
+    costs a small part, which needs no search at all (at most ``max_rows`` rows in all), a
+    little for nothing (benchmarks/HISTORY.md, "variance and stddev on the sweep; no hot-key
+    search on big data without hot keys"). The
     rows are unknown until counted, so this guesses from Spark's size estimate of ``frames``
     (the one its optimizer picks broadcast joins by): over ``max_rows`` rows of
     :data:`ROW_BYTES` is big. Frames without an estimate (Spark Connect) are big, and so are

@@ -11,20 +11,14 @@ from __future__ import annotations
 AUTO = "auto"
 DEFAULT_EXECUTOR = AUTO
 
-#: The executors' names, in the order of ``timetile.offline.backfill.EXECUTORS``.
-EXECUTOR_NAMES = ("tiled", "sweep", "interval_tree", "reference")
+#: The executors ``executor=`` may name, in the order of the capability table
+#: (``timetile.offline.backfill.CHOOSABLE``, which a test holds this to).
+EXECUTOR_NAMES = ("sweep", "interval_tree", "tiled", "reference")
 
 #: Rows (events and queries) one sweep task may hold for one key before the key is split.
-#: The sweep's Python worker peaks near 170 bytes per event (3.4 GB for a 20M-event key,
-#: measured with ``benchmarks/hot_key.py``), so a chunk at the limit takes about 350 MB:
-#: within the memory overhead a cluster gives a Python worker next to its JVM executor.
-#: A key of events alone gets chunks of at least two reaches, so a denser key gets bigger
-#: ones: in ``hot_key.py`` (20M events over 60 days, a 7-day window) a chunk and its reach
-#: hold about 7M events, 1.7 GB at the peak measured, against 3.4 GB whole. A key of 1M
-#: events and 30M left rows peaks at 0.99 GB in chunks of 84 hours, against 2.41 GB in
-#: chunks of two reaches. Those peaks are of sum, count and max; a column with a moment op
-#: (``variance`` to ``kurtosis``) adds its tree, 104 bytes per event, and one with an op by
-#: value rank (``unique_count``, ``histogram``, ``top_k``, ``bottom_k``) an 8-byte rank per
-#: event, a sort's scratch and 16 bytes per distinct value. See
-#: :mod:`timetile.offline.hot_keys`.
+#: Chosen so that a chunk at the limit fits the memory overhead a cluster gives a Python
+#: worker next to its JVM executor, by the sweep's peak memory per row (sum, count and max;
+#: a moment op adds its tree, an op by value rank a rank per event and a count per distinct
+#: value). The peaks measured, whole keys against chunks, are in benchmarks/RESULTS.md,
+#: "hot key"; how keys are cut, :mod:`timetile.offline.hot_keys`.
 DEFAULT_MAX_KEY_EVENTS = 2_000_000

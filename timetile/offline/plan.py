@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -98,9 +99,16 @@ class Feature:
                 self.bucket)
 
 
+class Source(Enum):
+    """What a part reads: raw events, or an entity's snapshots and mutations."""
+
+    EVENTS = "events"
+    ENTITY = "entity"
+
+
 @dataclass(frozen=True)
 class PartPlan:
-    """One join part, ready to run.
+    """One join part over events, ready to run.
 
     Attributes:
         part: the definition.
@@ -117,6 +125,7 @@ class PartPlan:
     events: DataFrame
     features: tuple[Feature, ...]
     floors: tuple[int, ...] = ()
+    source: ClassVar[Source] = Source.EVENTS
 
     @property
     def keys(self) -> list[str]:
@@ -138,7 +147,7 @@ class PartPlan:
 
 @dataclass(frozen=True)
 class EntityPartPlan:
-    """One join part over an entity source, ready to run (see ``entity_executor``).
+    """One join part over an entity source, ready to run (see :mod:`.executors.entity`).
 
     Attributes:
         part: the definition.
@@ -159,6 +168,7 @@ class EntityPartPlan:
     floors: tuple[int, ...] = ()
     query_days: frozenset[int] = frozenset()
     missing_days: frozenset[int] = frozenset()
+    source: ClassVar[Source] = Source.ENTITY
 
     @property
     def keys(self) -> list[str]:

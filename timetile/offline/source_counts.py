@@ -1,7 +1,8 @@
 """The count job: every source's rows, those a backfill cannot use, and its fullest key buckets.
 
-It runs while a :class:`~timetile.offline.backfill.BackfillJob` is built, before any feature
-work: the report's rows left out, ``strict``, and the search for hot keys read it.
+It runs when a :class:`~timetile.offline.backfill.BackfillJob` is planned (its ``plan()``),
+before any feature work: the report's rows left out, ``strict``, and the search for hot keys
+read it.
 """
 
 from __future__ import annotations

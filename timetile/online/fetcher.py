@@ -30,8 +30,14 @@ import numpy as np
 from timetile.api.errors import DefinitionError, expect_argument
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join, JoinPart
-from timetile.core.aggregators.base import ResultOverflowError
-from timetile.core.batch_record import BatchRecord, OnlineFeature, Series, read_record
+from timetile.core.aggregators.base import ResultOverflowError, refused
+from timetile.core.batch_record import (
+    BatchRecord,
+    OnlineFeature,
+    Series,
+    read_record,
+    split_series,
+)
 from timetile.core.entity_state import EntityFeature
 from timetile.core.series_folds import SeriesFolds
 from timetile.core.windows import MAX_TIME, MIN_TIME
@@ -417,7 +423,7 @@ class Fetcher:
     def _event_part(self, served: _Served, keys: Sequence[bytes],
                     records: Sequence[bytes | None], tiles: Sequence[Sequence[Tile]], *,
                     when: int, prefix: str, results: list[FetchResult]) -> None:
-        """Merge each key's batch record with its streamed events since (:mod:`.tiles`)."""
+        """Merge each key's batch record with its events streamed since (``store.tiles``)."""
         meta, group_by = served.meta, served.group_by
         empty = BatchRecord(meta.day_end, meta.slack, {}, {})
         for result, key, data, key_tiles in zip(results, keys, records, tiles, strict=True):
@@ -435,7 +441,8 @@ class Fetcher:
                 for feature, state in zip(served.features, states, strict=True):
                     result.features[prefix + feature.name] = feature.aggregator.finalize(state)
             except ResultOverflowError as error:  # the backfill refuses it too
-                raise ResultOverflowError(f"{prefix}{feature.name}: {error}") from None
+                column, _ = split_series(feature.series)
+                raise refused(prefix + feature.name, column, error) from None
 
     def _recent(self, served: _Served, key: bytes, since: int, tiles: Sequence[Tile],
                 when: int) -> Mapping[str, SeriesFolds]:
@@ -469,7 +476,7 @@ class Fetcher:
     def _entity_part(self, served: _Served, keys: Sequence[bytes],
                      records: Sequence[bytes | None], tiles: Sequence[Sequence[Tile]], *,
                      when: int, prefix: str, results: list[FetchResult]) -> None:
-        """Replay each key's rows and the mutations since (:mod:`.entity_records`)."""
+        """Replay each key's rows and the mutations since (:mod:`timetile.store.entity_records`)."""
         meta, name, entity = served.meta, served.group_by.name, served.entity
         assert entity is not None
         unmatched = 0
@@ -485,7 +492,7 @@ class Fetcher:
                          for m in self._tiles.get(value, decode_mutations, len(value))]
             try:
                 answers, missed = entity.answer(record, mutations, when)
-            except ResultOverflowError as error:  # the backfill refuses it too
+            except ResultOverflowError as error:  # the backfill refuses it too, named
                 raise ResultOverflowError(f"{prefix}{error}") from None
             unmatched += missed
             for column, value in zip(entity.names, answers, strict=True):

@@ -59,9 +59,39 @@ def arrow_schema(schema: T.StructType, spark: SparkSession, *,
     do; with a cogroup's ``applyInArrow`` (``cogrouped``), UTC, whatever the session's zone.
 
     Raises:
-        TypeError: a column's type has no Arrow form.
-        AssertionError: PySpark's answer for some nested types (a timestamp in a map).
+        TypeError: a column's type has no Arrow form (see :func:`arrow_transportable`, which
+            says so without trying).
 
     """
     zone = "UTC" if cogrouped else spark.conf.get("spark.sql.session.timeZone")
     return to_arrow_schema(schema, timezone=zone)
+
+
+#: The Spark types that cross between the JVM and Python as Arrow, by PySpark's own mapping
+#: (``pyspark.sql.pandas.types.to_arrow_type``): atomic types here, and arrays, maps, structs
+#: and user-defined types of them. Not among them: ``CalendarIntervalType`` and
+#: ``YearMonthIntervalType``, among others; a left row holding one cannot ride through Python.
+ARROW_ATOMIC_TYPES: tuple[type[T.DataType], ...] = tuple(
+    getattr(T, name) for name in (
+        "NullType", "BooleanType", "ByteType", "ShortType", "IntegerType", "LongType",
+        "FloatType", "DoubleType", "DecimalType", "StringType", "BinaryType", "DateType",
+        "TimestampType", "TimestampNTZType", "DayTimeIntervalType", "TimeType", "VariantType",
+        "GeometryType", "GeographyType")
+    if hasattr(T, name))  # the newer ones by the PySpark version's own names
+
+
+def arrow_transportable(data_type: T.DataType) -> bool:
+    """Whether a column of ``data_type`` can cross into Python as Arrow (see the table above).
+
+    Declared, not tried: nested types are checked member by member. O(size of the type).
+    """
+    if isinstance(data_type, T.StructType):
+        return all(arrow_transportable(field.dataType) for field in data_type.fields)
+    if isinstance(data_type, T.ArrayType):
+        return arrow_transportable(data_type.elementType)
+    if isinstance(data_type, T.MapType):
+        return arrow_transportable(data_type.keyType) and arrow_transportable(
+            data_type.valueType)
+    if isinstance(data_type, T.UserDefinedType):
+        return arrow_transportable(data_type.sqlType())
+    return isinstance(data_type, ARROW_ATOMIC_TYPES)

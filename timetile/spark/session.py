@@ -9,8 +9,8 @@ from pyspark.sql import SparkSession
 
 #: Settings every timetile session gets; a cluster session can set them in spark-submit.
 #: Arrow batches of up to 100,000 rows (Spark's default is 10,000), capped at 64 MiB for
-#: wide rows: the sweep and the other executors pay Python work per batch, and the uniform
-#: backfill benchmark (11M rows into Python) ran 5-8% faster (medians of 8 alternating runs).
+#: wide rows: the sweep and the other executors pay Python work per batch, so fewer, larger
+#: batches run faster (measured on the uniform backfill: benchmarks/HISTORY.md).
 DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",

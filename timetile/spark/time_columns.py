@@ -8,7 +8,7 @@ online fetcher run (:func:`~timetile.core.windows.window_span`,
 as column expressions: no Python runs per row.
 
 For example ``window_span(COLUMNS, F.col("q"), WindowKind.SLIDING, 1_000, None)`` is
-``(coalesce(try_subtract(q, 1000), -9223372036854775808), q)``.
+``q`` and ``coalesce(try_subtract(q, 1000), CASE WHEN q IS NOT NULL THEN MIN_TIME END)``.
 """
 
 from __future__ import annotations
@@ -25,23 +25,24 @@ class ColumnTimes(TimeArithmetic[Column]):
     """Time arithmetic on Spark columns: ``try_`` operations, saturated at the ends of int64.
 
     Spark's ``try_subtract`` and ``try_add`` give null where ``bigint`` arithmetic would
-    overflow; ``coalesce`` puts the end of int64 there, as the core's saturation does.
+    overflow; the end of int64 takes the place of that null, as the core's saturation does.
+    A null time stays null (a row without a time is in no window and matches no query).
     ``pmod`` is a floor's modulo (never negative), so times before the epoch floor down.
     """
 
     def minus(self, times: Column, millis: int) -> Column:
         """Return ``times − millis``, at least MIN_TIME."""
-        return F.coalesce(F.try_subtract(times, F.lit(millis)), F.lit(int(MIN_TIME)))
+        return _saturated(F.try_subtract(times, F.lit(millis)), times, int(MIN_TIME))
 
     def floor(self, times: Column, step: int) -> Column:
         """Return ``times`` rounded down to a multiple of ``step``, at least MIN_TIME."""
-        return F.coalesce(F.try_subtract(times, F.pmod(times, F.lit(step))),
-                          F.lit(int(MIN_TIME)))
+        return _saturated(F.try_subtract(times, F.pmod(times, F.lit(step))), times,
+                          int(MIN_TIME))
 
     def ceil(self, times: Column, step: int) -> Column:
         """Return ``times`` rounded up to a multiple of ``step``, at most MAX_TIME."""
         up = F.pmod(F.lit(step) - F.pmod(times, F.lit(step)), F.lit(step))
-        return F.coalesce(F.try_add(times, up), F.lit(int(MAX_TIME)))
+        return _saturated(F.try_add(times, up), times, int(MAX_TIME))
 
     def where(self, condition: Any, then: Column, otherwise: Column) -> Column:
         """Return ``CASE WHEN condition THEN then ELSE otherwise END``."""
@@ -51,6 +52,11 @@ class ColumnTimes(TimeArithmetic[Column]):
         """Return the literal ``millis``."""
         del like
         return F.lit(millis)
+
+
+def _saturated(result: Column, times: Column, end: int) -> Column:
+    """Return ``result``, or ``end`` where it overflowed (null from a time that was not)."""
+    return F.coalesce(result, F.when(times.isNotNull(), F.lit(end)))
 
 
 #: The time rules on Spark columns.

@@ -213,8 +213,8 @@ class EntityServing:
             column, bucket = split_series(feature.series)
             features.append(EntityFeature(columns.index(column), feature.aggregator,
                                           feature.value_type.numpy_dtype, feature.window,
-                                          None if bucket is None else columns.index(bucket),
-                                          feature.name))
+                                          name=feature.name, source_column=column,
+                                          bucket=None if bucket is None else columns.index(bucket)))
         names = [feature.name for feature in online]
         names += [f"{group_by.name}_{column}" for column in group_by.lookup_columns]
         lookup = tuple(columns.index(column) for column in group_by.lookup_columns)

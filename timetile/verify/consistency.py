@@ -98,6 +98,7 @@ class Stages(Protocol):
         """Return a context that spans the stage ``name``."""
         ...
 
+
 def consistency(join: Join, spark: SparkSession, logs_dir: str | os.PathLike[str], *,
                 output: str | os.PathLike[str] | None = None,
                 progress: Stages | None = None) -> ConsistencyReport:

@@ -96,6 +96,12 @@ class RankedRuns(NamedTuple):
     Ranks follow the value order; ``event_offsets`` and ``query_offsets`` delimit each key's
     events and queries, and the runs ``[lows, highs)`` index the events; the queries of a
     key are in time order, so no bound moves back.
+
+    The multiset of each run is the state of ``unique_count``, ``histogram``, ``top_k`` and
+    ``bottom_k``, but written out it would hold every distinct value of every window (the
+    size of ``histogram``'s output, for a ``top_k`` of 5). So this column holds the runs,
+    and those ops' finalizers read each multiset as they finalize it, with the compiled
+    sweep of :mod:`timetile.core.kernels.multisets`: O((n + q·k) log d) for ``top_k``.
     """
 
     ranks: Int64s

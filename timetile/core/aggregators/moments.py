@@ -125,9 +125,9 @@ def merge_moments(a: Moments, b: Moments) -> Moments:
     double-doubles, so ``delta`` is exact to about 1e-16 of itself however far from zero the
     values lie. When ``delta`` overflows (means near both ends of the double range), the
     mean falls back to a weighted average in one double. Compiled: the aggregators call it
-    (about 1.5 µs a call from Python, less than the same code interpreted) and the sweep's
-    moment tree (:mod:`timetile.core.kernels.moment_tree`) inlines it, so both run the same
-    arithmetic. Counts are int64 and the rest float64, as every state's are.
+    (a compiled call costs less than the same code interpreted) and the sweep's moment tree
+    (:mod:`timetile.core.kernels.moment_tree`) inlines it, so both run the same arithmetic.
+    Counts are int64 and the rest float64, as every state's are.
 
     numba's on-disk cache does not see edits to a function that another file's kernel
     inlines: after editing this one (or :func:`~timetile.core.aggregators.exact.two_sum`),

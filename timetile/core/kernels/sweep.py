@@ -28,7 +28,7 @@ of :mod:`timetile.core.aggregators` for these ops, checked against the oracle by
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -248,14 +248,6 @@ def int_prefix_sums(values: Int64s) -> npt.NDArray[np.int64 | np.object_]:
         return exact
     prefix: Int64s = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
     return prefix
-
-
-def window_int_sums(values: Int64s, lows: Int64s,
-                    highs: Int64s) -> npt.NDArray[np.int64 | np.object_]:
-    """Exact ``sum`` of each run of 64-bit integers; see :func:`int_prefix_sums`."""
-    prefix: npt.NDArray[Any] = int_prefix_sums(values)
-    sums: npt.NDArray[np.int64 | np.object_] = prefix[highs] - prefix[lows]
-    return sums
 
 
 @numba.njit(cache=True)

@@ -87,9 +87,11 @@ class WindowPieces(Generic[T]):
 def window_pieces(times: TimeArithmetic[T], starts: T, ends: T, hop_ms: int) -> WindowPieces[T]:
     """Cut each window ``[starts, ends)`` into edge, tail and head (or one inner piece).
 
-    The rule of the module docstring, once, over any :class:`~timetile.core.windows.
-    TimeArithmetic` (int64 arrays for the kernels, Spark columns for the tiled executor's
-    plan); a start of ``MIN_TIME`` marks a lifetime window. Floors and ceilings saturate at
+    The rule of the module docstring, once, over a :class:`~timetile.core.windows.
+    TimeArithmetic` of many windows at a time: int64 arrays for the kernels, Spark columns
+    for the tiled executor's plan (not Python ints: the flags combine with ``&`` and ``~``,
+    elementwise on arrays and columns, bitwise on a bool). A start of ``MIN_TIME`` marks a
+    lifetime window. Floors and ceilings saturate at
     the ends of int64, so nothing overflows. O(n) for n windows.
 
     Raises:

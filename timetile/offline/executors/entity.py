@@ -29,13 +29,12 @@ from pyspark.sql import types as T
 
 from timetile.api.windows import window_spec
 from timetile.core.entity_state import EntityFeature, EntityReplay
-from timetile.core.timeutil import DAY_MS
 from timetile.offline.executors.features import build_aggregator, feature_fields
 from timetile.offline.plan import EntityPartPlan, ExecutorOptions
 from timetile.spark.entities import DAY, IS_BEFORE, MUTATION_TIME
 from timetile.spark.result_types import arrow_column, arrow_schema
 from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
-from timetile.spark.sources import TIME
+from timetile.spark.sources import TIME, epoch_day
 
 KIND = "_tt_kind"
 AT = "_tt_at"  # a query's as-of time; a mutation's time
@@ -76,8 +75,9 @@ class EntityPass:
             features.append(EntityFeature(
                 self.row_columns.index(feature.aggregation.column), aggregator,
                 feature.input_type.numpy_dtype, window_spec(feature.window),
-                None if feature.bucket is None else self.row_columns.index(feature.bucket),
-                feature.name))
+                name=feature.name, source_column=feature.aggregation.column,
+                bucket=(None if feature.bucket is None
+                        else self.row_columns.index(feature.bucket))))
         return EntityReplay(features, self.lookup, self.order)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -164,7 +164,7 @@ def entity_features(plan: EntityPartPlan, queries: DataFrame,
     snapshot_schema = tables.snapshots.schema
     nulls = [F.lit(None).cast(snapshot_schema[c].dataType).alias(c) for c in tables.row_columns]
     asked = queries.select(
-        *keys, F.floor(F.col(TIME) / DAY_MS).alias(DAY), F.lit(QUERY).cast("byte").alias(KIND),
+        *keys, epoch_day(F.col(TIME)).alias(DAY), F.lit(QUERY).cast("byte").alias(KIND),
         F.col(TIME).alias(AT), F.lit(None).cast("long").alias(TIME), *nulls)
     days = sorted(plan.query_days or (row[0] for row in asked.select(DAY).distinct().collect()))
     usable = F.lit(True)
@@ -178,7 +178,7 @@ def entity_features(plan: EntityPartPlan, queries: DataFrame,
                          F.lit(0).cast("long").alias(AT), TIME, *tables.row_columns))
     union = snapshots.unionByName(asked)
     if tables.mutations is not None and not plan.snapshot_only:
-        day = F.floor(F.col(MUTATION_TIME) / DAY_MS)
+        day = epoch_day(F.col(MUTATION_TIME))
         mutations = (tables.mutations
                      .where(usable & F.col(MUTATION_TIME).isNotNull()
                             & F.col(IS_BEFORE).isNotNull() & day.isin(days))

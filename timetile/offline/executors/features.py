@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from timetile.core.aggregators import Aggregator, Bucketed, bucketed_values, make_aggregator
 from timetile.core.aggregators.base import ResultOverflowError
+from timetile.core.aggregators.base import refused as named
 from timetile.core.types import ValueType
 from timetile.offline.plan import Feature, PartPlan
 from timetile.spark.result_types import spark_type
@@ -42,10 +43,9 @@ def build_aggregator(feature: Feature) -> Aggregator[Any]:
 def refused(feature: Feature, error: ResultOverflowError) -> ResultOverflowError:
     """Return ``error`` (a result its op refuses: an int sum past int64) naming ``feature``.
 
-    The aggregator states the rule and the fix; the executor adds which feature and column.
+    :func:`timetile.core.aggregators.base.refused`, with the feature's name and column.
     """
-    return ResultOverflowError(f"{feature.name} (column {feature.aggregation.column!r}): "
-                               f"{error}")
+    return named(feature.name, feature.aggregation.column, error)
 
 
 @contextmanager

@@ -14,10 +14,10 @@ before ``e``). Three Spark stages compute them:
    each tail in O(1) or O(log n) merges.
 3. *assembly* — each query's edge, tail and head states merged in time order and finalized.
 
-Every stage streams sorted partitions through ``mapInArrow`` (:mod:`.sorted_groups`): Spark
-calls Python once per batch, not once per group (as grouped UDFs would), but the merging
-scans themselves still run in Python for each group, which is this executor's main cost
-(see ``benchmarks/RESULTS.md``). States cross stages as bytes
+Every stage streams sorted partitions through ``mapInArrow``
+(:mod:`timetile.spark.sorted_groups`): Spark calls Python once per batch, not once per group
+(as grouped UDFs would), but the merging scans themselves still run in Python for each
+group, which is this executor's main cost. States cross stages as bytes
 (``to_bytes``), and every state is computed by the core's aggregators: the same code as the
 reference executor and the online fetcher.
 """
@@ -71,6 +71,8 @@ KIND = "_tt_kind"
 HIGH = "_tt_high"
 WINDOW = "_tt_window"
 ORDER = "_tt_order"
+START = "_tt_start_"  # a window's start, by its index: _tt_start_0
+END = "_tt_end_"
 
 #: What a stage-1 output row holds: a hop's partial, a head's prefix, an edge's suffix.
 PARTIAL, PREFIX, SUFFIX = 0, 1, 2
@@ -121,10 +123,35 @@ class TiledLayout:
         The interval tree shares this layout and never asks: it takes windows of any length.
 
         Raises:
-            ValueError: a sliding window shorter than two hops.
+            ValueError: a sliding window shorter than two hops (:meth:`hop_problem`).
 
         """
-        return _hop_without_inner_pieces([window_spec(window) for window in self.windows])
+        problem = self.hop_problem
+        if problem is not None:
+            raise ValueError(f"{problem}: use executor 'auto' or 'interval_tree' for them")
+        return choose_hop(self._specs)
+
+    @property
+    def hop_problem(self) -> str | None:
+        """Say why no hop suits the windows (None when one does).
+
+        :func:`~timetile.core.tiling.choose_hop` keeps sliding windows at least four hops
+        long where it can, and aligns sawtooth and hopping starts to the hop; a sliding
+        window of less than two hops (1 ms, say) would need
+        :func:`~timetile.core.tiling.split_windows`'s ``inner`` pieces, which the tiled pass
+        has not got. O(windows).
+        """
+        hop = choose_hop(self._specs)
+        short = [length for kind, length, _ in self._specs
+                 if kind is WindowKind.SLIDING and length is not None and length < 2 * hop]
+        if short:
+            return (f"the tiled executor's hop of {hop} ms leaves sliding windows of "
+                    f"{short} ms without whole hops")
+        return None
+
+    @property
+    def _specs(self) -> list[tuple[WindowKind, int | None, int | None]]:
+        return [window_spec(window) for window in self.windows]
 
     @property
     def signature(self) -> str:
@@ -149,32 +176,12 @@ class TiledLayout:
         return [state_column(i) for i in range(len(self.aggregations))]
 
 
-def _hop_without_inner_pieces(specs: list[tuple[WindowKind, int | None, int | None]]) -> int:
-    """Return the hop size, checked: :func:`_pieces` has no in-hop piece for short windows.
-
-    ``choose_hop`` keeps sliding windows at least four hops long and aligns sawtooth and
-    hopping starts to the hop; a window of one hop or less would need
-    :func:`timetile.core.tiling.split_windows`'s ``inner`` pieces.
-    """
-    hop = choose_hop(specs)
-    short = [length for kind, length, _ in specs
-             if kind is WindowKind.SLIDING and length is not None and length < 2 * hop]
-    if short:
-        raise ValueError(f"the tiled executor's hop of {hop} ms leaves sliding windows of "
-                         f"{short} ms without whole hops: use executor 'auto' or "
-                         "'interval_tree' for them")
-    return hop
-
-
 def tileable(plan: PartPlan) -> bool:
     """Whether the tiled executor can compute ``plan``: a hop fits all its windows.
 
-    A 1 ms sliding window has none.
+    A 1 ms sliding window has none (:attr:`TiledLayout.hop_problem`).
     """
-    try:
-        return TiledLayout.of(plan).hop_ms > 0
-    except ValueError:
-        return False
+    return TiledLayout.of(plan).hop_problem is None
 
 
 def partials_problem(plan: PartPlan) -> str | None:
@@ -184,29 +191,42 @@ def partials_problem(plan: PartPlan) -> str | None:
     day. No job runs.
     """
     name = plan.part.group_by.name
-    try:
-        hop = TiledLayout.of(plan).hop_ms
-    except ValueError as error:
-        return f"GroupBy {name!r}: {str(error).split(':')[0]}"
+    layout = TiledLayout.of(plan)
+    if layout.hop_problem is not None:
+        return f"GroupBy {name!r}: {layout.hop_problem}"
+    hop = layout.hop_ms
     if DAY_MS % hop:
         return (f"GroupBy {name!r}: its windows' hop is {hop:,} ms, which does not divide a "
                 "day, and a stored day must hold whole hops")
     return None
 
 
+def _bounds(layout: TiledLayout) -> dict[str, Column]:
+    """Per query, each window's ``[start, end)``: the core's rule on Spark columns.
+
+    Columns of their own, which :func:`_pieces` reads by name: its flags read each bound
+    several times, and a reference keeps the plan's expressions small.
+    """
+    bounds: dict[str, Column] = {}
+    for index, window in enumerate(layout.windows):
+        start, end = window_span(COLUMNS, F.col(TIME), *window_spec(window))
+        bounds |= {f"{START}{index}": start, f"{END}{index}": end}
+    return bounds
+
+
 def _pieces(layout: TiledLayout) -> Column:
     """Per query, an array of every window's pieces: anchor, edge, tail and head.
 
-    The bounds and the cut are the core's rules (:func:`~timetile.core.windows.window_span`,
-    :func:`~timetile.core.tiling.hops.window_pieces`) on Spark columns. The hop leaves no
-    window an inner piece (:func:`_hop_without_inner_pieces`).
+    The cut is the core's rule (:func:`~timetile.core.tiling.hops.window_pieces`) on Spark
+    columns, over the bounds of :func:`_bounds`. The hop leaves no window an inner piece
+    (:attr:`TiledLayout.hop_problem`).
     """
-    hop, q = layout.hop_ms, F.col(TIME)
+    hop = layout.hop_ms
     piece = "struct<w:int,o:int,hop:bigint,bound:bigint,high:bigint>"
     null = F.lit(None).cast("bigint")
     made: list[Column] = []
-    for index, window in enumerate(layout.windows):
-        start, end = window_span(COLUMNS, q, *window_spec(window))
+    for index in range(len(layout.windows)):
+        start, end = F.col(f"{START}{index}"), F.col(f"{END}{index}")
         cut = window_pieces(COLUMNS, start, end, hop)
 
         def make(order: int, hop_start: Column, bound: Column, high: Column,
@@ -470,7 +490,8 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
     key_fields = [queries.schema[key] for key in keys]
     spark = queries.sparkSession
 
-    pieces = queries.select(*keys, TIME, F.explode(_pieces(layout)).alias("p")).select(
+    pieces = queries.withColumns(_bounds(layout)).select(
+        *keys, TIME, F.explode(_pieces(layout)).alias("p")).select(
         *keys, TIME, F.col("p.w").alias(WINDOW), F.col("p.o").alias(ORDER),
         F.col("p.hop").alias(HOP), F.col("p.bound").alias(BOUND), F.col("p.high").alias(HIGH))
     scans = pieces.where(F.col(ORDER).isin(EDGE, HEAD)).select(

@@ -1,6 +1,6 @@
 """Bucketed features on the sweep: each (group, bucket) swept as a group of its own.
 
-:class:`BucketedColumn` is what :mod:`.sweep_executor` reads a bucketed feature from.
+:class:`BucketedColumn` is what :mod:`.executor` reads a bucketed feature from.
 
 A bucketed aggregation gives, per query, a map from each bucket value to the op's result over
 that bucket's events in the window (:mod:`timetile.core.aggregators.bucketed`). The sweep's

@@ -12,6 +12,7 @@ Arrow column. No Spark here: :mod:`.executor` feeds it the tables ``mapInArrow``
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,17 +48,6 @@ from timetile.core.types import ValueType
 from timetile.offline.executors.features import finalizing, op_aggregator
 from timetile.offline.plan import Feature, query_bounds
 
-_NUMBERS = frozenset({ValueType.INT, ValueType.FLOAT})
-#: The columns of states the sweep computes (an aggregator's ``columnar``), and the column
-#: types it computes each for: an op whose aggregator finalizes one of these, over a type
-#: listed, is an op the sweep computes. Each reads only the non-null values of its column.
-SWEPT_STATES: Mapping[type, frozenset[ValueType]] = {
-    Runs: frozenset(ValueType),
-    RankedRuns: frozenset(ValueType),
-    RunSums: _NUMBERS,
-    RunMoments: _NUMBERS,
-    RunExtremes: _NUMBERS,
-}
 #: The most entries one Arrow list or map array holds: its offsets are int32.
 ARROW_LIST_LIMIT = 2**31 - 1
 
@@ -199,7 +189,6 @@ class SweptColumn:
             self._in_event_order = ordered
         return self._in_event_order
 
-
     def extremes(self, window: Window | None, largest: bool) -> RunExtremes:
         """Return the greatest (or least) value of each query's run in ``window``; O(n + q)."""
         if (window, largest) not in self._extremes:
@@ -215,17 +204,6 @@ class SweptColumn:
         return RankedRuns(ranks, len(by_rank), self.offsets, self.query_offsets,
                           *self.runs(window))
 
-    def states(self, aggregator: Aggregator[Any], window: Window | None) -> Any:
-        """Return the column of states ``aggregator`` finalizes from (its ``columnar``)."""
-        return _STATES[aggregator.columnar](self, window, aggregator)
-
-    def positions_of(self, kind: type | None) -> pa.Array:
-        """Return the values that finalized positions index, for a column of ``kind``.
-
-        Runs are over the values in event order; ranked runs over the distinct values.
-        """
-        return self.in_event_order() if kind is Runs else self.value_ranks()[1]
-
 
 def _extremes(column: SweptColumn, window: Window | None,
               aggregator: Aggregator[Any]) -> RunExtremes:
@@ -233,13 +211,39 @@ def _extremes(column: SweptColumn, window: Window | None,
     return column.extremes(window, aggregator.largest)
 
 
-#: How a :class:`SweptColumn` computes each column of states (see :meth:`SweptColumn.states`).
-_STATES: Mapping[type | None, Callable[[SweptColumn, Window | None, Aggregator[Any]], Any]] = {
-    Runs: lambda column, window, _: Runs(*column.runs(window)),
-    RunSums: lambda column, window, _: column.run_sums(window),
-    RunMoments: lambda column, window, _: column.moments(window),
-    RunExtremes: _extremes,
-    RankedRuns: lambda column, window, _: column.ranked_runs(window),
+_NUMBERS = frozenset({ValueType.INT, ValueType.FLOAT})
+
+
+@dataclass(frozen=True)
+class SweptState:
+    """A column of states the sweep computes, per query window (see :data:`SWEPT_STATES`).
+
+    Attributes:
+        types: the column types it is computed for.
+        compute: how a :class:`SweptColumn` computes it for a window and an aggregator.
+        positions: what the positions of finalized picks, lists and maps over it index
+            (None: its results are scalars).
+
+    """
+
+    types: frozenset[ValueType]
+    compute: Callable[[SweptColumn, Window | None, Aggregator[Any]], Any]
+    positions: Callable[[SweptColumn], pa.Array] | None = None
+
+
+#: The columns of states the sweep computes (an aggregator's ``columnar``), by kind: an op
+#: whose aggregator finalizes one of these, over a type listed, is an op the sweep computes.
+#: Each reads only the non-null values of its column. Runs are over the values in event
+#: order (ties by value), ranked runs over the distinct values by rank.
+SWEPT_STATES: Mapping[type, SweptState] = {
+    Runs: SweptState(frozenset(ValueType), lambda column, window, _: Runs(*column.runs(window)),
+                     SweptColumn.in_event_order),
+    RankedRuns: SweptState(frozenset(ValueType),
+                           lambda column, window, _: column.ranked_runs(window),
+                           lambda column: column.value_ranks()[1]),
+    RunSums: SweptState(_NUMBERS, lambda column, window, _: column.run_sums(window)),
+    RunMoments: SweptState(_NUMBERS, lambda column, window, _: column.moments(window)),
+    RunExtremes: SweptState(_NUMBERS, _extremes),
 }
 
 
@@ -252,9 +256,12 @@ def feature_result(feature: Feature, column: SweptColumn) -> pa.Array:
 
     """
     aggregator = op_aggregator(feature)
+    assert aggregator.columnar is not None  # the executor sweeps only ops that declare one
+    swept = SWEPT_STATES[aggregator.columnar]
     with finalizing(feature):
-        finalized = aggregator.finalize_many(column.states(aggregator, feature.window))
-    return to_arrow(finalized, lambda: column.positions_of(aggregator.columnar),
+        finalized = aggregator.finalize_many(swept.compute(column, feature.window, aggregator))
+    positions = swept.positions
+    return to_arrow(finalized, lambda: positions(column) if positions else pa.array([]),
                     feature.aggregation.op)
 
 

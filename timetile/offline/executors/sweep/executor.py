@@ -55,7 +55,7 @@ from timetile.spark.sources import TIME
 #: column: the sweep leaves events without values behind and takes a row without values for
 #: a query, so an op that counted null rows could not join this list.
 SWEEP_OPS: dict[str, frozenset[ValueType]] = {
-    name: SWEPT_STATES[columnar] & frozenset(
+    name: SWEPT_STATES[columnar].types & frozenset(
         kind for kind in ValueType if kind.numeric or not spec.numeric_only)
     for name, spec in OPS.items()
     if (columnar := spec.factory.columnar) is not None and columnar in SWEPT_STATES
@@ -195,7 +195,7 @@ def sweep_features(plan: PartPlan, queries: DataFrame,
     # names, and so do names that could be the sweep's own. The others keep theirs, and no
     # step names them one by one: with the features of a Join's earlier parts riding along,
     # each Python-to-JVM call per column cost planning time that grew with the square of
-    # the parts (benchmarks/wide_join.py: 33 s for 20 parts of 20 features, now 13 s).
+    # the parts (benchmarks/RESULTS.md, "wide join").
     renamed = {rider: f"_tt_rider_{index}" for index, rider in enumerate(queries.columns)
                if rider not in (*keys, TIME) and (not IDENTIFIER.match(rider)
                                                   or rider.casefold().startswith(RESERVED_PREFIX))}
