@@ -1,26 +1,74 @@
-"""The benchmark's output: the machine, the table of seconds and ratios, the issue's goals, and
-the section of ``RESULTS.md`` that holds them."""
+"""The benchmarks' output: who ran what, where (date, commit, machine, command), the backfill's
+table of seconds and ratios, the issue's goals, and the sections of ``RESULTS.md`` that hold
+them.
+
+Every section a benchmark writes has the same head: ``- date``, ``- commit``, ``- machine``
+and ``- command`` (:class:`Run`), then what it measured, in one table. A rerun replaces its
+section (:func:`write_section`) or, for the backfill's other features, its row of one table
+(:func:`write_row`).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _contenders import Contender
 from _runner import Outcome
 
+INTRO = """\
+# Benchmark results
 
-def machine(spark_conf: dict[str, str]) -> list[str]:
-    """Lines describing this machine and the software versions."""
-    import duckdb
-    import pyspark
+The current figure of each benchmark, one section each: each benchmark that writes (backfill,
+serving, streaming) rewrites its own section when it runs; see benchmarks/README.md.
+"""
 
+
+@dataclass(frozen=True)
+class Run:
+    """When, on which commit and machine, and by which command a figure was measured."""
+
+    date: str
+    commit: str
+    machine: str
+    command: str
+
+    def lines(self) -> list[str]:
+        """The head of a section: one bullet each."""
+        return [f"- date: {self.date}", f"- commit: {self.commit}",
+                f"- machine: {self.machine}", f"- command: `{self.command}`"]
+
+
+def this_run(command: str) -> Run:
+    """The :class:`Run` of ``command``, started in this process, now."""
+    return Run(f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", revision(), host(),
+               command)
+
+
+def command_line(script: str, argv: Sequence[str] | None) -> str:
+    """``python benchmarks/<script> <argv>``, quoted for a shell; ``argv`` None: this
+    process's arguments."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return " ".join([f"python benchmarks/{script}", *(shlex.quote(arg) for arg in args)])
+
+
+def run_lines(script: str, argv: Sequence[str] | None) -> list[str]:
+    """A section's first lines: when it ran, on which commit and machine, and the command
+    that reruns it."""
+    return this_run(command_line(script, argv)).lines()
+
+
+def host() -> str:
+    """This machine: cores, memory and CPU, e.g. ``2 cores (nproc), 23.5 GiB RAM, AMD EPYC``."""
     cpu = "unknown CPU"
     memory = "unknown RAM"
     try:
@@ -35,16 +83,20 @@ def machine(spark_conf: dict[str, str]) -> list[str]:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cores} cores (nproc), {memory}, {cpu}"
+
+
+def software(spark_conf: dict[str, str]) -> str:
+    """The versions the backfill ran with, and its Spark settings."""
+    import duckdb
+    import pyspark
+
     settings = ", ".join(f"{key}={value}" for key, value in spark_conf.items())
-    return [
-        f"machine: {cores} cores (nproc), {memory}, {cpu}",
-        f"software: Python {platform.python_version()}, PySpark {pyspark.__version__}, "
-        f"DuckDB {duckdb.__version__}, timetile {_revision()}",
-        f"spark: {settings}",
-    ]
+    return (f"Python {platform.python_version()}, PySpark {pyspark.__version__}, "
+            f"DuckDB {duckdb.__version__}; Spark {settings}")
 
 
-def _revision() -> str:
+def revision() -> str:
     """The git revision of the timetile that is imported, and whether it has changes."""
     import timetile
 
@@ -105,6 +157,34 @@ def table(contenders: Sequence[Contender], outcomes: dict[str, Outcome],
     return lines
 
 
+def scaling_table(contenders: Sequence[Contender], points: Sequence[tuple[int, int, dict[
+        str, Outcome]]], timeout: float) -> list[str]:
+    """A Markdown table of ``(events, queries, outcomes)`` per scale: each contender's
+    seconds, then each timetile executor's speedup over each peer."""
+    mine = [c for c in contenders if c.family == "timetile"]
+    peers = [c for c in contenders if c.family != "timetile"]
+    head = ["events", "queries", *(f"{c.title} (s)" for c in contenders),
+            *(f"{m.title} speedup over {p.title}" for m in mine for p in peers)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for events, queries, outcomes in points:
+        cells = [f"{events:,}", f"{queries:,}",
+                 *(seconds_text(outcomes.get(c.name), timeout) for c in contenders)]
+        for m in mine:
+            for p in peers:
+                ours, theirs = outcomes.get(m.name), outcomes.get(p.name)
+                cells.append("—" if ours is None or theirs is None
+                             else ratio_text(theirs, ours, timeout))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def executor_seconds(contenders: Sequence[Contender], outcomes: dict[str, Outcome],
+                     timeout: float) -> str:
+    """One cell: each timetile executor's seconds, ``auto 2.71 · tiled 64.1``."""
+    return " · ".join(f"{c.name.removeprefix('timetile[').removesuffix(']')} "
+                      f"{seconds_text(outcomes.get(c.name), timeout)}" for c in contenders)
+
+
 # (dataset, description, contender names, wanted speedup): timetile must be at least `wanted`
 # times faster than the fastest of the contenders (a speedup of 1/3 means "within 3×").
 GOALS = [
@@ -151,15 +231,24 @@ def goals(dataset: str, contenders: Sequence[Contender], outcomes: dict[str, Out
     return lines
 
 
+def contender_records(contenders: Sequence[Contender], outcomes: dict[str, Outcome]
+                      ) -> list[dict[str, Any]]:
+    """Each contender that ran, as the JSON of :mod:`_results` keeps it."""
+    return [{"name": c.name, "title": c.title, "family": c.family,
+             "status": outcomes[c.name].status, "seconds": round(outcomes[c.name].seconds, 6),
+             **({"detail": outcomes[c.name].detail} if outcomes[c.name].detail else {})}
+            for c in contenders if c.name in outcomes]
+
+
+def _section_pattern(heading: str) -> re.Pattern[str]:
+    return re.compile(rf"^## {re.escape(heading)}\n.*?(?=^## |\Z)", re.M | re.S)
+
+
 def write_section(path: Path, heading: str, body: Sequence[str]) -> None:
     """Replace the ``## heading`` section of ``path`` with ``body``, or append it."""
-    intro = ("# Backfill benchmark results\n\nWritten by `benchmarks/backfill.py` (see "
-             "benchmarks/README.md). One section per dataset and scale; a rerun replaces its "
-             "section. Speedup = the peer's seconds / timetile's seconds: above 1× timetile is "
-             "faster.\n")
-    text = path.read_text() if path.exists() else intro
+    text = path.read_text() if path.exists() else INTRO
     section = f"## {heading}\n\n" + "\n".join(body).rstrip() + "\n"
-    pattern = re.compile(rf"^## {re.escape(heading)}\n.*?(?=^## |\Z)", re.M | re.S)
+    pattern = _section_pattern(heading)
     if pattern.search(text):
         text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip() + "\n"
     else:
@@ -167,13 +256,25 @@ def write_section(path: Path, heading: str, body: Sequence[str]) -> None:
     path.write_text(text)
 
 
+def write_row(path: Path, heading: str, preamble: Sequence[str], head: Sequence[str],
+              row: Sequence[str]) -> None:
+    """Put ``row`` in the one table of the ``## heading`` section of ``path``: in place of
+    the row with the same first cell, or last. The section is ``preamble``, then the
+    table, whose header is ``head``."""
+    found = _section_pattern(heading).search(path.read_text()) if path.exists() else None
+    rows = [line for line in (found.group(0).splitlines() if found else [])
+            if line.startswith("| ")][1:]  # the header is the first
+    line = "| " + " | ".join(row) + " |"
+    same = [index for index, old in enumerate(rows)
+            if old[2:].split(" | ", 1)[0] == row[0]]
+    if same:
+        rows[same[0]] = line
+    else:
+        rows.append(line)
+    write_section(path, heading, [*preamble, "", "| " + " | ".join(head) + " |",
+                                  "|" + "---|" * len(head), *rows])
+
+
 def verdict(goal: str, met: bool, measured: str) -> str:
     """Return one goal's line: ``- {goal}: MET ({measured})`` or ``NOT MET``."""
     return f"- {goal}: {'MET' if met else 'NOT MET'} ({measured})"
-
-
-def run_lines(script: str, argv: Sequence[str] | None) -> list[str]:
-    """Return a section's first lines: when it ran, and the command that reruns it."""
-    args = list(argv or sys.argv[1:])
-    return [f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-            f"- command: `{' '.join([f'python benchmarks/{script}', *args])}`"]

@@ -4,18 +4,17 @@ Every contender computes sum, count and max of ``value`` over the sliding window
 ``[q − 1d, q)`` and ``[q − 7d, q)`` for every query, and materializes the result; only that is
 timed. The table gives seconds and, per timetile executor, its speedup over each peer (the
 peer's seconds / timetile's); the issue's goals are checked; the section of RESULTS.md for the
-dataset and scale is rewritten. See benchmarks/README.md.
+dataset and scale is rewritten, its seconds written as JSON under ``results/`` and its plot
+redrawn under ``plots/``. ``--scales`` times timetile and the naive Spark join at several
+scales instead, for the plot of seconds against events. See benchmarks/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import importlib
 import os
-import shlex
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +31,8 @@ from _contenders import (  # noqa: E402
     result_columns,
 )
 from _datasets import SPECS, Dataset, ensure  # noqa: E402
-from _report import goals, machine, table, write_section  # noqa: E402
+from _publish import Measured, log, report, report_scaling  # noqa: E402
+from _report import command_line, software, this_run  # noqa: E402
 from _runner import Outcome, Runner, compare  # noqa: E402
 
 EXAMPLES = """\
@@ -49,14 +49,12 @@ examples:
   python benchmarks/backfill.py --dataset skewed --ops first,last,last_k --executor sweep,tiled
   # bucketed features: each op broken down by a string column of 10 values
   python benchmarks/backfill.py --dataset skewed --buckets 10 --executor auto,interval_tree
+  # timetile and the naive Spark join at 1M, 3M and 10M events (uniform): the scaling plot
+  python benchmarks/backfill.py --scales 0.1,0.3,1 --repeat 3 --timeout 600
 
 contenders (--only): spark_join, spark_window_segtree, spark_window, duckdb_join,
   duckdb_window, spark_scan, timetile
 """
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -66,13 +64,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--dataset", choices=[*SPECS, "all"], default="all",
                         help="which dataset (default: all)")
-    parser.add_argument("--scale", type=float, default=1.0,
+    parser.add_argument("--scale", type=float, default=None,
                         help="multiply events, queries and keys (default: 1)")
+    parser.add_argument("--scales", default="",
+                        help="comma-separated scales: time the contenders at each (default: "
+                             "timetile and spark_join) on one dataset (default: uniform) and "
+                             "write the section '<dataset>, scaling' and its plot, in place "
+                             "of the per-scale sections")
     parser.add_argument("--only", default="",
                         help="comma-separated contenders to run (default: all; see below)")
     parser.add_argument("--executor", default=None,
                         help="timetile executor(s), comma-separated, or 'all' for every "
-                             "executor in timetile.offline.backfill.EXECUTORS (default: the "
+                             "executor timetile.offline.backfill.CHOOSABLE names (default: the "
                              "library's default, DEFAULT_EXECUTOR)")
     parser.add_argument("--ops", default=",".join(OPS),
                         help="the ops of value over 1d and 7d, comma-separated (default: "
@@ -91,8 +94,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cache", type=Path, default=HERE / ".data",
                         help="where the generated Parquet lives (default: benchmarks/.data)")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md",
-                        help="the Markdown file to update (default: benchmarks/RESULTS.md)")
-    parser.add_argument("--no-results", action="store_true", help="do not update RESULTS.md")
+                        help="the Markdown file to update (default: benchmarks/RESULTS.md); "
+                             "the seconds go to results/*.json and the plots to plots/*.png "
+                             "beside it")
+    parser.add_argument("--no-results", action="store_true",
+                        help="do not update RESULTS.md, its JSON or its plots")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the correctness spot-check")
     parser.add_argument("--check-after", action="store_true",
@@ -112,6 +118,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.buckets < 0:
         parser.error(f"--buckets {args.buckets}: give a positive number of buckets, or 0 "
                      "for none")
+    try:
+        args.scales = [float(text) for text in args.scales.split(",") if text.strip()]
+    except ValueError:
+        parser.error(f"--scales {args.scales}: give numbers, e.g. 0.1,0.3,1")
+    if args.scales:
+        if args.scale is not None:
+            parser.error("give --scale or --scales, not both")
+        if args.ops != ",".join(OPS) or args.buckets:
+            parser.error("--scales times the default ops: leave --ops and --buckets out")
+        if args.dataset == "all":
+            args.dataset = "uniform"
+        if not args.only:
+            args.only = "spark_join,timetile"
+    if args.scale is None:
+        args.scale = 1.0
     return args
 
 
@@ -192,8 +213,9 @@ def warm_up(runner: Runner, contender: Contender, sample: Inputs, inputs: Inputs
     return None
 
 
-def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender],
-                dataset: Dataset, *, header: list[str], command: str) -> None:
+def measure(args: argparse.Namespace, runner: Runner, chosen: list[Contender],
+            dataset: Dataset) -> Measured:
+    """Check, warm up and time every contender on ``dataset``."""
     name = dataset.spec.name
     spark = runner.spark
     load_before = os.getloadavg()[0]
@@ -233,58 +255,16 @@ def run_dataset(args: argparse.Namespace, runner: Runner, chosen: list[Contender
     if not args.no_check and args.check_after:
         checked = check(runner, [c for c in chosen if outcomes[c.name].ok], dataset,
                         args.timeout, args.ops)
-    meta = dataset.meta
-    about = (f"{meta['events']:,} events, {meta['queries']:,} distinct queries, "
-             f"{meta['keys']:,} keys, {meta['days']} days; top key: "
-             f"{meta['top_key_share_events'] * 100:.3g}% of events, "
-             f"{meta['top_key_share_queries'] * 100:.3g}% of queries; generated in "
-             f"{meta['generate_s']:.0f} s")
-    load_after = os.getloadavg()[0]
-    scale_note = [] if args.scale == 1 else [
-        f"Scale {args.scale:g}: the goals are stated for scale 1, so these verdicts only hint."]
-    runs = f"best of {args.repeat}" if args.repeat > 1 else "one run"
-    warmth = ("cold (no check first)" if args.check_after or args.no_check
-              else "warm (the check on a sample ran first, and each contender ran its sample "
-                   "again right before its clock; timetile also ran once on the whole data, "
-                   "which wakes a Python worker per core)")
-    own_ops = args.ops != OPS or args.buckets
-    body = [
-        f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- command: `{command}`",
-        *(f"- {line}" for line in header),
-        f"- data: {about}",
-        f"- timing: {runs} per contender, {warmth}; timeout {args.timeout:g} s",
-        f"- load average (1 min) before and after: {load_before:.1f}, {load_after:.1f} "
-        f"(the run keeps about {args.cores} busy: much more means something else ran too)",
-        "",
-        *table(chosen, outcomes, args.timeout),
-        "",
-        *(line if line.startswith("WARNING") else f"- {line}" for line in checked),
-        *([] if own_ops else [
-            "",
-            "Goals (issue 3):",
-            "",
-            *scale_note,
-            *(goals(name, chosen, outcomes, args.timeout) or ["- no timetile contender ran"]),
-        ]),
-    ]
-    heading = (f"{name}, scale {args.scale:g}"
-               + (f", ops {','.join(args.ops)}" if args.ops != OPS else "")
-               + (f", buckets {args.buckets}" if args.buckets else ""))
-    print(f"\n## {heading}\n\n" + "\n".join(body) + "\n", flush=True)
     for line in checked:
         if line.startswith("WARNING"):
             print(line, file=sys.stderr)
-    if not args.no_results:
-        write_section(args.results, heading, body)
-        log(f"[{name}] wrote the section '{heading}' of {args.results}")
+    return Measured(dataset, outcomes, checked, (load_before, os.getloadavg()[0]))
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     args.ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
-    command = "python benchmarks/backfill.py" + "".join(
-        f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
+    run = this_run(command_line("backfill.py", argv))
     from timetile.spark.session import local_session
 
     names = executors(args.executor)
@@ -301,12 +281,13 @@ def main(argv: list[str] | None = None) -> None:
             "shuffle partitions": str(args.shuffle_partitions),
             "AQE": spark.conf.get("spark.sql.adaptive.enabled") or "?",
             "segtree default": str(segtree_default)}
-    header = machine(conf)
-    for line in header:
+    setup = software(conf)
+    for line in (*run.lines(), f"- software: {setup}"):
         log(line)
     datasets = list(SPECS) if args.dataset == "all" else [args.dataset]
     args.cache.mkdir(parents=True, exist_ok=True)
-    found = [ensure(spark, name, args.scale, args.cache, log) for name in datasets]
+    found = [ensure(spark, name, scale, args.cache, log)
+             for name in datasets for scale in (args.scales or [args.scale])]
     if args.generate_only:
         return
     everyone = contenders(names, segtree=segtree_default is not None,
@@ -323,8 +304,12 @@ def main(argv: list[str] | None = None) -> None:
     tmp.mkdir(exist_ok=True)
     runner = Runner(spark, duck_threads=args.duckdb_threads, duck_tmp=tmp,
                     segtree_default=segtree_default)
-    for dataset in found:
-        run_dataset(args, runner, chosen, dataset, header=header, command=command)
+    if args.scales:
+        report_scaling(args, chosen, [measure(args, runner, chosen, dataset)
+                                      for dataset in found], run, setup)
+    else:
+        for dataset in found:
+            report(args, chosen, measure(args, runner, chosen, dataset), run, setup)
     spark.stop()
 
 

@@ -37,7 +37,7 @@ def one_round(inputs: Inputs) -> dict[str, float]:
     join = tt.Join("bench", left=tt.EventSource(inputs.queries, time_column="ts"),
                    parts=[group_by])
     began = time.perf_counter()
-    job = tt.BackfillJob(join, inputs.spark)
+    job = tt.BackfillJob(join, inputs.spark).plan()
     built = time.perf_counter()
     frame = job.dataframe()
     planned = time.perf_counter()

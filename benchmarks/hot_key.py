@@ -66,7 +66,8 @@ def main() -> None:
             runs = []
             for _ in range(args.repeat):
                 began = time.perf_counter()
-                job = tt.BackfillJob(join, spark, executor=executor, max_key_events=limit)
+                job = tt.BackfillJob(join, spark, executor=executor,
+                                     max_key_events=limit).plan()
                 job.dataframe().write.format("noop").mode("overwrite").save()
                 runs.append(time.perf_counter() - began)
                 for line in job.report.lines():

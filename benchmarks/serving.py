@@ -20,9 +20,9 @@ three runs of 2,000 requests each (10 s), each run's row and their pooled p99. T
 verdict takes the pooled one: whether a full pass of Python's garbage collector falls in a
 single 10-second run decides much of that run's p99. The client runs in this process,
 which holds Spark's driver and the data, so it freezes its heap out of the collector's
-passes while it drives the server (its own passes took 40 to 80 ms and counted as the
-server's latency); the server freezes its own at start (RESULTS.md, "Full collections walk
-a sixth of the objects"). Goals: in-process p99 <= 1 ms on the embedded store; HTTP p99 <=
+passes while it drives the server (else its own passes count as the server's latency); the
+server freezes its own at start (HISTORY.md, "Full collections walk a sixth of the
+objects", has the measurements). Goals: in-process p99 <= 1 ms on the embedded store; HTTP p99 <=
 10 ms at 200 requests/s. Anchor: Feast's Java server on Redis reports about 1.3 ms p99 for
 one row of 250 features.
 """
@@ -221,7 +221,7 @@ def http_rows(defs: Path, store_uri: str, keys: int, requests: int) -> list[str]
     process = serve(defs, store_uri, port)
     rows = []
     # The client is this process, which holds Spark's driver and the data: its own full
-    # garbage collections (40 to 80 ms) would count as the server's latency, and did.
+    # garbage collections would count as the server's latency, and did (HISTORY.md).
     gc.collect()
     gc.freeze()
     try:

@@ -294,14 +294,12 @@ def main(argv: list[str] | None = None) -> None:
             f"- data: 1 GroupBy × 8 features over {args.keys:,} Zipf-skewed keys; "
             f"{args.history:,} events uploaded (day D), {args.events:,} events of D+1 as "
             f"{args.files} JSON-lines files, {args.per_trigger} files per micro-batch",
-            f"- events/s: the median of {args.repeats} runs, each into a fresh store: events "
-            "written / wall time of the `until_idle` streaming run "
-            "(query start to end; Spark's session started, and a warm-up stream of two "
-            "micro-batches of the same size, before); shuffle partitions=2",
-            f"- freshness: a {args.trigger * 1000:.0f} ms trigger; a file of "
-            f"{args.file_events} events landed (moved in) every {args.interval * 1000:.0f} ms "
-            f"for {args.seconds:g} s; from moved in to its newest event fetchable "
-            "(`Fetcher`, polled every 10 ms)",
+            f"- how: events/s is the median of {args.repeats} runs, each into a fresh store, of "
+            "events written / wall time of the `until_idle` streaming run (after Spark's "
+            "start and a warm-up stream); freshness, with a "
+            f"{args.trigger * 1000:.0f} ms trigger and a file of {args.file_events} events "
+            f"landed every {args.interval * 1000:.0f} ms for {args.seconds:g} s, runs from a "
+            "file moved in to its newest event fetchable (streaming.py)",
             f"- load average (1 min) before and after: {load_before:.1f}, {load:.1f} on "
             f"{os.cpu_count()} cores (the run keeps about 2 busy: Spark, the executors' writes "
             "and the poller share them; much more means something else ran too)",

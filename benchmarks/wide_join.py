@@ -3,8 +3,8 @@
 Production Joins hold many GroupBys. Each part's sweep takes the left rows with the features
 of the parts before it, so what a part costs to plan and to run can grow with the parts
 before it. This script times, per P, round after round in one process (the first round
-pays the JVM's and the Python workers' warm-up): ``tt.BackfillJob(...)`` (planning and the
-count job), ``dataframe()`` (the driver building the main job's plan) and the main job,
+pays the JVM's and the Python workers' warm-up): ``tt.BackfillJob(...).plan()`` (planning
+and the count job), ``dataframe()`` (the driver building the main job's plan) and the main job,
 written to Spark's ``noop`` sink. Every GroupBy reads the same events: ``--events`` over 30
 days and 2,000 keys, ten value columns; ``--queries`` left rows. Each has two columns × sum
 and max × ``F / 4`` windows.
@@ -82,7 +82,7 @@ def main() -> None:
         rounds = []
         for _ in range(args.rounds):
             began = time.perf_counter()
-            job = tt.BackfillJob(join, spark)
+            job = tt.BackfillJob(join, spark).plan()
             built = time.perf_counter()
             frame = job.dataframe()
             planned = time.perf_counter()
@@ -91,7 +91,7 @@ def main() -> None:
             job.release()
         warm = rounds[1:]
         medians = [statistics.median(step[i] for step in warm) for i in range(3)]
-        print(f"P={parts} ({len(join.output_columns())} features): BackfillJob() "
+        print(f"P={parts} ({len(join.output_columns())} features): plan() "
               f"{medians[0]:.2f} s, dataframe() {medians[1]:.2f} s, main job "
               f"{medians[2]:.2f} s (medians of {len(warm)} warm rounds)", flush=True)
 
