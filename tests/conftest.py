@@ -29,14 +29,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     Its warehouse (where ``CREATE DATABASE`` without a location writes) is a temporary
     folder of this process, not ``spark-warehouse`` in the current folder, which every
-    worker of a parallel run would share.
+    worker of a parallel run would share. Its JVM collects garbage on one thread (the
+    serial collector): the tests' heaps are small, and the two workers of a parallel run
+    share two cores, where the default collector's threads would contend.
     """
     from timetile.spark.session import local_session
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
-        f"--conf {shlex.quote(f'spark.sql.warehouse.dir={warehouse}')} pyspark-shell")
+        f"--conf {shlex.quote(f'spark.sql.warehouse.dir={warehouse}')} "
+        "--driver-java-options -XX:+UseSerialGC pyspark-shell")
     try:
         session = local_session("timetile-tests", cores=2, shuffle_partitions=2)
     finally:

@@ -143,7 +143,11 @@ def cluster(defs: Path, expected: dict[str, DataFrame],
     done = subprocess.run(
         [str(spark_submit), "--master", "local-cluster[2,1,1024]",
          "--conf", "spark.executor.memory=768m", "--conf", "spark.sql.shuffle.partitions=4",
-         "--conf", "spark.sql.session.timeZone=UTC", str(driver), timetile.__main__.__file__,
+         "--conf", "spark.sql.session.timeZone=UTC",
+         # one garbage collector thread per JVM: three JVMs share two cores here
+         "--conf", "spark.driver.extraJavaOptions=-XX:+UseSerialGC",
+         "--conf", "spark.executor.extraJavaOptions=-XX:+UseSerialGC",
+         str(driver), timetile.__main__.__file__,
          json.dumps(list(runs.values()))],
         capture_output=True, text=True, timeout=600, env=env, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
