@@ -120,13 +120,11 @@ def report(args: argparse.Namespace, chosen: list[Contender], measured: Measured
             f"![{heading}](plots/{stem}.png)",
         ]),
     ]
-    print(f"\n## {heading}\n\n" + "\n".join(body) + "\n", flush=True)
-    if args.no_results:
+    data = printed(args, run, name, heading=heading, stem=stem, body=body, scale=args.scale,
+                   variant=variant, events=dataset.meta["events"], queries=dataset.meta["queries"],
+                   contenders=contender_records(chosen, outcomes))
+    if data is None:
         return
-    data = json_path(args.results, stem)
-    write(data, record(args, run, name, scale=args.scale, variant=variant,
-                       events=dataset.meta["events"], queries=dataset.meta["queries"],
-                       contenders=contender_records(chosen, outcomes)))
     if variant:
         check = "; ".join(line.removeprefix("check: ") for line in measured.checked)
         write_row(args.results, VARIANTS, VARIANTS_PREAMBLE, VARIANTS_HEAD, [
@@ -134,9 +132,7 @@ def report(args: argparse.Namespace, chosen: list[Contender], measured: Measured
             run.date, run.commit, run.machine, f"`{run.command}`"])
         log(f"[{name}] wrote the row '{heading}' of '{VARIANTS}' in {args.results}, and {data}")
         return
-    write_section(args.results, heading, body)
-    log(f"[{name}] wrote the section '{heading}' of {args.results}, and {data}")
-    redraw(data, png_path(args.results, stem))
+    published(args, heading, stem, body, data)
 
 
 def report_scaling(args: argparse.Namespace, chosen: list[Contender],
@@ -160,14 +156,30 @@ def report_scaling(args: argparse.Namespace, chosen: list[Contender],
         "",
         f"![{heading}](plots/{stem}.png)",
     ]
+    data = printed(args, run, name, heading=heading, stem=stem, body=body,
+                   scales=[m.dataset.scale for m in measured], points=[
+                       {"scale": m.dataset.scale, "events": m.dataset.meta["events"],
+                        "queries": m.dataset.meta["queries"],
+                        "contenders": contender_records(chosen, m.outcomes)}
+                       for m in measured])
+    if data is not None:
+        published(args, heading, stem, body, data)
+
+
+def printed(args: argparse.Namespace, run: Run, name: str, *, heading: str, stem: str,
+            body: list[str], **fields: Any) -> Path | None:
+    """Print a section; unless ``--no-results``, write its JSON record and return its path."""
     print(f"\n## {heading}\n\n" + "\n".join(body) + "\n", flush=True)
     if args.no_results:
-        return
+        return None
     data = json_path(args.results, stem)
-    write(data, record(args, run, name, scales=[m.dataset.scale for m in measured], points=[
-        {"scale": m.dataset.scale, "events": m.dataset.meta["events"],
-         "queries": m.dataset.meta["queries"],
-         "contenders": contender_records(chosen, m.outcomes)} for m in measured]))
+    write(data, record(args, run, name, **fields))
+    return data
+
+
+def published(args: argparse.Namespace, heading: str, stem: str, body: list[str],
+              data: Path) -> None:
+    """Write a section into RESULTS.md and redraw its plot from its JSON record."""
     write_section(args.results, heading, body)
     log(f"wrote the section '{heading}' of {args.results}, and {data}")
     redraw(data, png_path(args.results, stem))
