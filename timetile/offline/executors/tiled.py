@@ -126,10 +126,10 @@ class TiledLayout:
             ValueError: a sliding window shorter than two hops (:meth:`hop_problem`).
 
         """
-        problem = self.hop_problem
+        hop, problem = self._hop()
         if problem is not None:
             raise ValueError(f"{problem}: use executor 'auto' or 'interval_tree' for them")
-        return choose_hop(self._specs)
+        return hop
 
     @property
     def hop_problem(self) -> str | None:
@@ -141,17 +141,18 @@ class TiledLayout:
         :func:`~timetile.core.tiling.split_windows`'s ``inner`` pieces, which the tiled pass
         has not got. O(windows).
         """
-        hop = choose_hop(self._specs)
-        short = [length for kind, length, _ in self._specs
+        return self._hop()[1]
+
+    def _hop(self) -> tuple[int, str | None]:
+        """Return the hop :func:`~timetile.core.tiling.choose_hop` picks, and its problem."""
+        specs = [window_spec(window) for window in self.windows]
+        hop = choose_hop(specs)
+        short = [length for kind, length, _ in specs
                  if kind is WindowKind.SLIDING and length is not None and length < 2 * hop]
         if short:
-            return (f"the tiled executor's hop of {hop} ms leaves sliding windows of "
-                    f"{short} ms without whole hops")
-        return None
-
-    @property
-    def _specs(self) -> list[tuple[WindowKind, int | None, int | None]]:
-        return [window_spec(window) for window in self.windows]
+            return hop, (f"the tiled executor's hop of {hop} ms leaves sliding windows of "
+                         f"{short} ms without whole hops")
+        return hop, None
 
     @property
     def signature(self) -> str:
