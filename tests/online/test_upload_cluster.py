@@ -5,8 +5,6 @@ Spark runs in a process of its own here, so the test is marked ``spark`` by hand
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +15,7 @@ import timetile as tt
 from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.online.fetcher import Fetcher
 from timetile.store.kv import open_store
+from timetile.testing.local_cluster import run_on_local_cluster
 
 pytestmark = pytest.mark.spark
 
@@ -32,6 +31,7 @@ spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
          .config("spark.executor.memory", "512m")
          .config("spark.driver.maxResultSize", "1m")  # the records are several MB
          .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+print("application", spark.sparkContext.applicationId, flush=True)
 start = {start}
 events = spark.range({events}, numPartitions=4).select(
     (F.col("id") % {keys}).alias("user_id"),
@@ -49,10 +49,7 @@ def test_upload_writes_from_executors_on_a_local_cluster(tmp_path: Path, redis_u
     start = date_to_ms("2024-01-01")
     script = tmp_path / "upload_job.py"
     script.write_text(textwrap.dedent(SCRIPT.format(start=start, events=4 * KEYS, keys=KEYS)))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, str(script), redis_url], capture_output=True,
-                          text=True, timeout=300, env=env, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_on_local_cluster([sys.executable, str(script), redis_url], timeout=300)
     written = next(line for line in done.stdout.splitlines() if line.startswith("written"))
     keys, size = map(int, written.split()[1:])
     assert keys == KEYS

@@ -3,7 +3,9 @@
 :func:`naive_backfill` computes a Join by brute force in plain Spark SQL (DESIGN §4): every
 engine path is tested against it, and users can test their own definitions with it. The
 generators make small tables that hold every edge case the semantics care about.
-:class:`RedisServer` runs a throwaway ``redis-server`` for the online stores' tests.
+:class:`RedisServer` runs a throwaway ``redis-server`` for the online stores' tests, and
+:func:`run_on_local_cluster` a program on a local Spark cluster, with its executors' logs
+when it fails.
 """
 
 from timetile.core.equality import differing_cells, percentiles_within, same_value
@@ -20,6 +22,7 @@ from timetile.testing.generators import (
     random_queries,
     to_spark,
 )
+from timetile.testing.local_cluster import run_on_local_cluster
 from timetile.testing.oracle import (
     naive_backfill,
     percentile_rank_bounds,
@@ -45,6 +48,7 @@ __all__ = [
     "random_entities",
     "random_events",
     "random_queries",
+    "run_on_local_cluster",
     "same_value",
     "to_spark",
 ]
