@@ -73,6 +73,7 @@ WINDOW = "_tt_window"
 ORDER = "_tt_order"
 START = "_tt_start_"  # a window's start, by its index: _tt_start_0
 END = "_tt_end_"
+CUT = "_tt_cut_"  # a window's pieces, by name and index: _tt_cut_edge_hop_0
 
 #: What a stage-1 output row holds: a hop's partial, a head's prefix, an edge's suffix.
 PARTIAL, PREFIX, SUFFIX = 0, 1, 2
@@ -203,11 +204,7 @@ def partials_problem(plan: PartPlan) -> str | None:
 
 
 def _bounds(layout: TiledLayout) -> dict[str, Column]:
-    """Per query, each window's ``[start, end)``: the core's rule on Spark columns.
-
-    Columns of their own, which :func:`_pieces` reads by name: its flags read each bound
-    several times, and a reference keeps the plan's expressions small.
-    """
+    """Per query, each window's ``[start, end)``: the core's rule on Spark columns."""
     bounds: dict[str, Column] = {}
     for index, window in enumerate(layout.windows):
         start, end = window_span(COLUMNS, F.col(TIME), *window_spec(window))
@@ -215,32 +212,50 @@ def _bounds(layout: TiledLayout) -> dict[str, Column]:
     return bounds
 
 
-def _pieces(layout: TiledLayout) -> Column:
-    """Per query, an array of every window's pieces: anchor, edge, tail and head.
+def _cuts(layout: TiledLayout) -> dict[str, Column]:
+    """Per query, each window's cut into edge, tail and head, over the bounds of :func:`_bounds`.
 
     The cut is the core's rule (:func:`~timetile.core.tiling.hops.window_pieces`) on Spark
-    columns, over the bounds of :func:`_bounds`. The hop leaves no window an inner piece
-    (:attr:`TiledLayout.hop_problem`).
+    columns. The hop leaves no window an inner piece (:attr:`TiledLayout.hop_problem`).
     """
-    hop = layout.hop_ms
+    cuts: dict[str, Column] = {}
+    for index in range(len(layout.windows)):
+        cut = window_pieces(COLUMNS, F.col(f"{START}{index}"), F.col(f"{END}{index}"),
+                            layout.hop_ms)
+        cuts |= {f"{CUT}edge_{index}": cut.edge, f"{CUT}edge_hop_{index}": cut.edge_hop,
+                 f"{CUT}tail_lo_{index}": cut.tail_lo, f"{CUT}tail_hi_{index}": cut.tail_hi,
+                 f"{CUT}head_{index}": cut.head, f"{CUT}head_hop_{index}": cut.head_hop}
+    return cuts
+
+
+def _pieces(layout: TiledLayout) -> Column:
+    """Per query, an array of every window's pieces (anchor, edge, tail, head; null if none).
+
+    It reads the columns of :func:`_bounds` and :func:`_cuts` by name. Each stage of the
+    three is a projection of its own, so that no expression holds another's many times: the
+    code Spark generates for the cut stays small (as one expression, the cut's shared floors
+    and flags were copied into every piece, thousands of lines of code to compile per
+    query plan).
+    """
     piece = "struct<w:int,o:int,hop:bigint,bound:bigint,high:bigint>"
     null = F.lit(None).cast("bigint")
     made: list[Column] = []
     for index in range(len(layout.windows)):
-        start, end = F.col(f"{START}{index}"), F.col(f"{END}{index}")
-        cut = window_pieces(COLUMNS, start, end, hop)
+        def cut(name: str, w: int = index) -> Column:
+            return F.col(f"{CUT}{name}_{w}")
 
         def make(order: int, hop_start: Column, bound: Column, high: Column,
                  w: int = index) -> Column:
             return F.struct(F.lit(w).alias("w"), F.lit(order).alias("o"),
                             hop_start.alias("hop"), bound.alias("bound"), high.alias("high"))
 
+        start, end = F.col(f"{START}{index}"), F.col(f"{END}{index}")
         made.append(make(ANCHOR, null, null, null))
-        made.append(F.when(cut.edge, make(EDGE, cut.edge_hop, start, null)))
-        made.append(F.when(cut.tail_lo < cut.tail_hi, make(TAIL, null, cut.tail_lo,
-                                                           cut.tail_hi)))
-        made.append(F.when(cut.head, make(HEAD, cut.head_hop, end, null)))
-    return F.filter(F.array(*made).cast(f"array<{piece}>"), lambda p: p.isNotNull())
+        made.append(F.when(cut("edge"), make(EDGE, cut("edge_hop"), start, null)))
+        made.append(F.when(cut("tail_lo") < cut("tail_hi"),
+                           make(TAIL, null, cut("tail_lo"), cut("tail_hi"))))
+        made.append(F.when(cut("head"), make(HEAD, cut("head_hop"), end, null)))
+    return F.array(*made).cast(f"array<{piece}>")
 
 
 class LargestGroup(AccumulatorParam[tuple[int, str]]):
@@ -491,8 +506,8 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
     key_fields = [queries.schema[key] for key in keys]
     spark = queries.sparkSession
 
-    pieces = queries.withColumns(_bounds(layout)).select(
-        *keys, TIME, F.explode(_pieces(layout)).alias("p")).select(
+    pieces = queries.withColumns(_bounds(layout)).withColumns(_cuts(layout)).select(
+        *keys, TIME, F.explode(_pieces(layout)).alias("p")).where(F.col("p").isNotNull()).select(
         *keys, TIME, F.col("p.w").alias(WINDOW), F.col("p.o").alias(ORDER),
         F.col("p.hop").alias(HOP), F.col("p.bound").alias(BOUND), F.col("p.high").alias(HIGH))
     scans = pieces.where(F.col(ORDER).isin(EDGE, HEAD)).select(
