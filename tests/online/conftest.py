@@ -24,6 +24,16 @@ def redis_url() -> Iterator[str]:
         yield server.url
 
 
+@pytest.fixture
+def empty_redis_url(redis_url: str) -> str:
+    """The URL of the session's redis-server, flushed: the tests before wrote to it too (a
+    GroupBy of the same name uploaded as of a later day refuses an earlier day's upload)."""
+    redis_store = RedisStore(redis_url)
+    redis_store.flush()
+    redis_store.close()
+    return redis_url
+
+
 @pytest.fixture(params=["lmdb", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KVStore]:
     """A fresh, empty store of each kind: LMDB in a temporary directory, Redis flushed."""
@@ -31,9 +41,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KVStore]:
     if request.param == "lmdb":
         fresh = LmdbStore(tmp_path / "lmdb")
     else:
-        redis_store = RedisStore(request.getfixturevalue("redis_url"))
-        redis_store.flush()
-        fresh = redis_store
+        fresh = RedisStore(request.getfixturevalue("empty_redis_url"))
     yield fresh
     fresh.close()
 
@@ -44,8 +52,4 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "lmdb":
         yield f"lmdb://{tmp_path / 'store'}"
         return
-    url = request.getfixturevalue("redis_url")
-    redis_store = RedisStore(url)
-    redis_store.flush()
-    redis_store.close()
-    yield url
+    yield request.getfixturevalue("empty_redis_url")

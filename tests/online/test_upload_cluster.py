@@ -45,11 +45,12 @@ spark.stop()
 """
 
 
-def test_upload_writes_from_executors_on_a_local_cluster(tmp_path: Path, redis_url: str) -> None:
+def test_upload_writes_from_executors_on_a_local_cluster(tmp_path: Path,
+                                                         empty_redis_url: str) -> None:
     start = date_to_ms("2024-01-01")
     script = tmp_path / "upload_job.py"
     script.write_text(textwrap.dedent(SCRIPT.format(start=start, events=4 * KEYS, keys=KEYS)))
-    done = run_on_local_cluster([sys.executable, str(script), redis_url], timeout=300)
+    done = run_on_local_cluster([sys.executable, str(script), empty_redis_url], timeout=300)
     written = next(line for line in done.stdout.splitlines() if line.startswith("written"))
     keys, size = map(int, written.split()[1:])
     assert keys == KEYS
@@ -57,7 +58,7 @@ def test_upload_writes_from_executors_on_a_local_cluster(tmp_path: Path, redis_u
     users = tt.GroupBy("users", tt.EventSource("unused"), ["user_id"], [
         tt.Aggregation("amount", "sum", windows=["1d"]), tt.Aggregation("amount", "last_k", k=50)])
     join = tt.Join("check", tt.EventSource("unused"), [users])
-    with open_store(redis_url) as store:
+    with open_store(empty_redis_url) as store:
         result = Fetcher(join, store).fetch([{"user_id": 5}], at=start + DAY_MS)[0]
     ids = [5 + KEYS * i for i in range(4)]  # the events of key 5
     assert result.features["users_amount_sum_1d"] == float(sum(i % 7 for i in ids))

@@ -1,37 +1,32 @@
 """Run a Spark program on a local cluster (``local-cluster[N,C,M]``) and say why it failed.
 
 A local cluster starts separate executor JVMs, as a real cluster does, so it proves that a
-job needs nothing from the driver's process. Its executors write their output to the
-standalone worker's folder, ``work/<application id>/<executor>/stderr`` inside the pyspark
-installation, where a failed run's reason stays out of sight: the driver only reports that
-an executor "exited with code N". :func:`run_on_local_cluster` runs the program, and if it
-fails, raises with the end of the driver's output *and* of some executors'; either way it
-removes the applications' folders, so the installation does not fill up with old runs.
-
-It runs one local cluster at a time on the machine (a lock file): each cluster's master
-names its applications by the second they start (``app-20240101120000-0000``), so two
-clusters started in the same second (two test processes, say) run applications of one name,
-whose executors collide in one folder and fail, over and over, until both give up.
+job needs nothing from the driver's process. A failed run hides its reason: when the driver
+program raises, the cluster's shutdown (every executor killed, relaunched and refused) fills
+the end of its output, and the executors write theirs to the standalone worker's folder,
+``work/<application id>/<executor>/`` inside the pyspark installation.
+:func:`run_on_local_cluster` runs the program and, if it fails, raises with the driver's
+Python traceback, the end of its output and of some executors'; either way it removes the
+applications' folders, so the installation does not fill up with old runs.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pyspark
 
 #: A standalone application's id, as Spark names it and its worker's folder.
 _APPLICATION_ID = re.compile(r"\bapp-\d{14}-\d{4}\b")
+#: A line of Spark's log (``26/01/31 12:00:00 INFO ...``), which ends a Python error's text.
+_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ")
 
 
 def _work_folder() -> Path:
@@ -62,15 +57,21 @@ def _executor_logs(applications: Sequence[str], lines: int) -> str:
     return "\n".join(parts) or "(no executor logs found)"
 
 
-@contextmanager
-def _one_cluster_at_a_time() -> Iterator[None]:
-    """Hold the machine's local-cluster lock (waiting for it) while in the block."""
-    with open(Path(tempfile.gettempdir()) / "timetile-local-cluster.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+def _python_error(stderr: str) -> str:
+    """Return the driver's last Python traceback in ``stderr``, or a note that it has none.
+
+    The cluster's shutdown, which follows the traceback, floods the end of the output.
+    """
+    lines = stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if not starts:
+        return "(no Python traceback from the driver)"
+    end = starts[-1] + 1
+    while end < len(lines) and lines[end].startswith((" ", "\t")):  # the frames
+        end += 1
+    while end < len(lines) and lines[end] and not _LOG_LINE.match(lines[end]):  # the error
+        end += 1
+    return "\n".join(lines[starts[-1]:end])
 
 
 def run_on_local_cluster(
@@ -82,12 +83,12 @@ def run_on_local_cluster(
     ``env`` is added to this process's environment; the executors' Python is this
     interpreter, and every JVM binds the loopback address unless ``SPARK_LOCAL_IP`` says
     otherwise (the machine's other addresses may be unreachable in a sandbox).
-    Raises ``AssertionError`` with the driver's last output and the last ``lines`` lines of
-    the first and last executors' output when the program exits non-zero or runs past
-    ``timeout`` seconds (then it is killed with every process it started: the JVMs too).
-    Waits first while another local cluster of this machine runs.
+    Raises ``AssertionError`` with the driver's last output and Python traceback, and the
+    last ``lines`` lines of the first and last executors' output, when the program exits
+    non-zero or runs past ``timeout`` seconds (then it is killed with every process it
+    started: the JVMs too).
     """
-    with _one_cluster_at_a_time(), subprocess.Popen(
+    with subprocess.Popen(
             list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True,
             env={"SPARK_LOCAL_IP": "127.0.0.1", **os.environ, "PYSPARK_PYTHON": sys.executable,
@@ -104,6 +105,7 @@ def run_on_local_cluster(
         if failure:
             raise AssertionError(
                 f"{command[0]} {failure}\n--- driver stdout\n{stdout[-2000:]}\n"
+                f"--- driver's Python error\n{_python_error(stderr)}\n"
                 f"--- driver stderr\n{stderr[-4000:]}\n{_executor_logs(applications, lines)}")
     finally:
         for application in applications:
