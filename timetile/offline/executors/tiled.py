@@ -506,6 +506,8 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
     key_fields = [queries.schema[key] for key in keys]
     spark = queries.sparkSession
 
+    # Null pieces go after the explode: a higher-order filter's lambda variable is new in
+    # every build, so its generated code would miss Spark's cache in every backfill.
     pieces = queries.withColumns(_bounds(layout)).withColumns(_cuts(layout)).select(
         *keys, TIME, F.explode(_pieces(layout)).alias("p")).where(F.col("p").isNotNull()).select(
         *keys, TIME, F.col("p.w").alias(WINDOW), F.col("p.o").alias(ORDER),
