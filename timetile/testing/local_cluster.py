@@ -100,6 +100,9 @@ def run_on_local_cluster(
             os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
             failure = f"ran past its {timeout:g} s and was killed"
+        except BaseException:  # Ctrl-C, say: the cluster, in a session of its own, must go too
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
     applications = sorted(set(_APPLICATION_ID.findall(stdout + stderr)))
     try:
         if failure:
