@@ -51,18 +51,42 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     session.stop()
 
 
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """The URL of a redis-server started for this process (no persistence).
+
+    No mocks and no skips: when ``redis-server`` is missing, the Redis tests fail with
+    :class:`~timetile.testing.RedisServer`'s message saying how to install it.
+    """
+    from timetile.testing import RedisServer
+
+    with RedisServer() as server:
+        yield server.url
+
+
+@pytest.fixture
+def empty_redis_url(redis_url: str) -> str:
+    """The URL of this process's redis-server, flushed: the tests before wrote to it too (a
+    GroupBy of the same name uploaded as of a later day refuses an earlier day's upload)."""
+    from timetile.store.redis_store import RedisStore
+
+    redis_store = RedisStore(redis_url)
+    redis_store.flush()
+    redis_store.close()
+    return redis_url
+
 #: The modules that take longest, longest first (measured with ``--durations``). A parallel
 #: run (``--dist loadscope``) runs each module on one worker and hands the modules out in
 #: collection order, so these go first: started last, one would run on alone at the end.
 LONGEST_FIRST = (
     "tests/offline/test_executors.py",
     "tests/offline/test_incremental.py",
-    "tests/offline/test_backfill_cluster.py",
+    "tests/test_cluster.py",
     "tests/verify/test_consistency.py",
     "tests/test_cli.py",
     "tests/offline/test_entities.py",
     "tests/streaming/test_file_stream.py",
-    "tests/online/test_upload_cluster.py",
     "tests/offline/test_hot_keys.py",
 )
 

@@ -1,8 +1,4 @@
-"""Fixtures of the online tests: a real redis-server for the session, and each store fresh.
-
-No mocks and no skips: when ``redis-server`` is missing, the Redis tests fail with
-:class:`~timetile.testing.RedisServer`'s message saying how to install it.
-"""
+"""Fixtures of the online tests: each store fresh (the redis-server is the root conftest's)."""
 
 from __future__ import annotations
 
@@ -14,24 +10,6 @@ import pytest
 from timetile.store.kv import KVStore
 from timetile.store.lmdb_store import LmdbStore
 from timetile.store.redis_store import RedisStore
-from timetile.testing import RedisServer
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """The URL of a redis-server started for the test session (no persistence)."""
-    with RedisServer() as server:
-        yield server.url
-
-
-@pytest.fixture
-def empty_redis_url(redis_url: str) -> str:
-    """The URL of the session's redis-server, flushed: the tests before wrote to it too (a
-    GroupBy of the same name uploaded as of a later day refuses an earlier day's upload)."""
-    redis_store = RedisStore(redis_url)
-    redis_store.flush()
-    redis_store.close()
-    return redis_url
 
 
 @pytest.fixture(params=["lmdb", "redis"])

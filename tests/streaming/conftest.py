@@ -5,20 +5,10 @@ No mocks: the Redis Streams source is read from a real server (:class:`RedisServ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from stream_helpers import World, make_world
-
-from timetile.testing import RedisServer
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """The URL of a redis-server started for the test session (no persistence)."""
-    with RedisServer() as server:
-        yield server.url
 
 
 @pytest.fixture(scope="session")
