@@ -338,6 +338,19 @@ class TestSchemaChecks:
     (lambda: tt.EntitySource("listings", partition_column=None),
      r"partition_column: None names no column\. Fix: .* its default 'ds'"),
     (lambda: tt.EntitySource("listings", time_column=""), r"time_column: '' names no column"),
+    (lambda: tt.Aggregation("duration", "decayed_sum"),
+     r"half_life: decayed_sum needs half_life\. Fix: give half_life='1d'"),
+    (lambda: tt.Aggregation("duration", "decayed_avg", half_life="0d"),
+     r"half_life: '0d' is not positive\. Fix: give a positive half-life, such as '1d'"),
+    (lambda: tt.Aggregation("duration", "decayed_avg", half_life=-5),
+     r"half_life: -5 ms is not positive"),
+    (lambda: tt.Aggregation("duration", "decayed_count", half_life="a day"),
+     r"half_life: 'a day' is not a duration\. Fix: write half_life='<n><unit>'"),
+    (lambda: tt.Aggregation("duration", "decayed_count", half_life=1.5),
+     r"half_life: 1\.5 is not a duration"),
+    (lambda: tt.Aggregation("duration", "sum", half_life="1d"),
+     r"half_life: sum takes no half_life\. Fix: drop half_life; only decayed_count, "
+     r"decayed_sum, decayed_avg take it"),
 ])
 def test_arguments_of_the_wrong_type_name_their_field(make: object, match: str) -> None:
     with raises(match):

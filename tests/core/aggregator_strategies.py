@@ -26,13 +26,20 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 K = 3
 PERCENTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 MOMENT_OPS = {"variance", "stddev", "skew", "kurtosis"}
+#: The decayed ops weigh values by irrational powers of two: floating point like the moments,
+#: drawn and compared as they are.
+DECAYED_OPS = {"decayed_count", "decayed_sum", "decayed_avg"}
+#: A half-life of a few milliseconds: the drawn times (mostly 0..3) give weights from 1 down
+#: to a few tenths, and far ones (±2**40) underflow.
+HALF_LIFE = 3
 
 #: Moments are computed in floating point, and merging reorders the rounding. With the values
 #: drawn by :func:`batches` for them (an offset plus small integer steps, times a power of two) the
 #: data are never nearly constant relative to their magnitude (|offset| / spread <= ~130), so
 #: results of different cuts agree to ~1e-13; 1e-9 leaves a wide margin while still catching
 #: any formula mistake (those show up at 1e-3 or worse). Skewness of symmetric data is 0 in
-#: one cut and ~1e-16 in another, hence an absolute tolerance as well. Every other op is exact:
+#: one cut and ~1e-16 in another, hence an absolute tolerance as well. The decayed ops too:
+#: a merge rounds once more than one fold. Every other op is exact:
 #: sum and avg keep exact integer sums, so they are compared with == (and NaN == NaN).
 MOMENT_TOLERANCE = 1e-9
 
@@ -51,8 +58,8 @@ ALL_CASES = [
 
 
 def build(op: str, value_type: ValueType) -> Aggregator[Any]:
-    """The aggregator for ``op`` with the test parameters (k, percentiles)."""
-    return make_aggregator(op, value_type, k=K, percentiles=PERCENTILES)
+    """The aggregator for ``op`` with the test parameters (k, percentiles, half-life)."""
+    return make_aggregator(op, value_type, k=K, percentiles=PERCENTILES, half_life=HALF_LIFE)
 
 
 #: Every case of :data:`ALL_CASES` as a pytest parameter of ``(op, value_type)``, and the
@@ -117,7 +124,7 @@ def batches(
     op: str, value_type: ValueType, count: int, max_size: int = 10
 ) -> st.SearchStrategy[list[Batch]]:
     """``count`` batches of (values, times) of at most ``max_size`` events; many ties in time."""
-    moments = op in MOMENT_OPS
+    moments = op in MOMENT_OPS | DECAYED_OPS
     step = _STEPS if moments else scalars(value_type)
     events = st.lists(st.tuples(step, TIMES), max_size=max_size)
     event_lists = st.lists(events, min_size=count, max_size=count)
@@ -159,7 +166,7 @@ def same(op: str, got: Any, want: Any) -> bool:
     if isinstance(got, float) and isinstance(want, float):
         if math.isnan(got) or math.isnan(want):
             return math.isnan(got) and math.isnan(want)
-        if op in MOMENT_OPS:
+        if op in MOMENT_OPS | DECAYED_OPS:
             return math.isclose(got, want, rel_tol=MOMENT_TOLERANCE, abs_tol=MOMENT_TOLERANCE)
         return got == want
     if isinstance(got, dict) and list(got) != list(want):  # NaN keys are one shared object
@@ -233,6 +240,8 @@ def agree(agg: Aggregator[Any], got: Any, want: Any, values: np.ndarray) -> None
 
 def empty_result(op: str) -> Any:
     """The contract's result for an empty window."""
+    if op == "decayed_count":
+        return 0.0
     return 0 if op in {"count", "unique_count", "approx_unique_count"} else None
 
 

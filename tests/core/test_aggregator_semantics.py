@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from aggregator_strategies import ALL_CASES, build, column, fold_parts, is_nan, run
+from aggregator_strategies import ALL_CASES, build, column, empty_result, fold_parts, is_nan, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +31,7 @@ PYTHON_TYPES = {
 @pytest.mark.parametrize(("op", "value_type"), ALL_CASES, ids=lambda x: getattr(x, "value", x))
 def test_empty_input_and_result_type(op: str, value_type: ValueType) -> None:
     agg = build(op, value_type)
-    expected_empty = 0 if op in {"count", "unique_count", "approx_unique_count"} else None
+    expected_empty = empty_result(op)
     assert agg.finalize(agg.init()) == expected_empty
     assert agg.finalize(agg.fold(column(value_type, []), np.array([], np.int64))) == expected_empty
 
@@ -59,6 +59,7 @@ def test_registry_declares_capabilities() -> None:
     numeric = {op for op, spec in OPS.items() if spec.numeric_only}
     assert numeric == {
         "sum", "avg", "variance", "stddev", "skew", "kurtosis", "approx_percentile",
+        "decayed_sum", "decayed_avg",
     }
     approximate = {op for op, spec in OPS.items() if spec.factory.approximate}
     assert approximate == {"approx_unique_count", "approx_percentile"}

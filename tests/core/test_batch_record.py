@@ -99,10 +99,10 @@ def _check_a_record(op: str, value_type: ValueType, seed: int, bucketed: bool) -
     for at in fetch_times:
         assert record.covers(at)
         for feature in features:
-            ours = aggregator.finalize(record.state(feature, at, (new_values, new_times)))
+            ours = aggregator.finalize_at(record.state(feature, at, (new_values, new_times)), at)
             low, high = feature.interval(at)
             truth: Any = aggregate_windows(aggregator, all_times, all_values,
-                                           np.array([low]), np.array([high]))[0]
+                                           np.array([low]), np.array([high]), at=np.array([at]))[0]
             assert same_value(ours, truth), (feature.window, at, ours, truth)
 
 
@@ -134,9 +134,9 @@ def test_windows_shorter_than_the_time_since_the_day_end_take_blocks(
             states = record.states(features, at, {"x": recent})
             for feature, state in zip(features, states, strict=True):
                 low, high = feature.interval(at)
-                truth: Any = aggregate_windows(aggregator, all_times, all_values,
-                                               np.array([low]), np.array([high]))[0]
-                assert same_value(aggregator.finalize(state), truth), (feature.window, at)
+                truth: Any = aggregate_windows(aggregator, all_times, all_values, np.array([low]),
+                                               np.array([high]), at=np.array([at]))[0]
+                assert same_value(aggregator.finalize_at(state, at), truth), (feature.window, at)
     assert (recent.kept_runs > 0) == aggregator.checkpointable
     recent._check()
 

@@ -53,6 +53,10 @@ def aggregations() -> list[tt.Aggregation]:
     made.append(tt.Aggregation("tier", "count", windows=["2d"]))
     made.append(tt.Aggregation("balance", "sum", buckets=["tier"]))
     made.append(tt.Aggregation("balance", "max", windows=["1d"], buckets=["tier"]))
+    made += [tt.Aggregation("balance", op, half_life="12h", windows=[tt.Window("1d", hop="1h")])
+             for op in ("decayed_sum", "decayed_avg")]
+    made.append(tt.Aggregation("tier", "decayed_count", half_life="6h"))
+    made.append(tt.Aggregation("balance", "decayed_sum", half_life="1d", buckets=["tier"]))
     return made
 
 

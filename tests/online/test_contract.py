@@ -41,12 +41,14 @@ WINDOWS = ["1h", "1d", tt.Window("1d", hop="1h"), tt.Window("1d", hop="6h", kind
 PARAMS: dict[str, dict[str, Any]] = {
     "first_k": {"k": 2}, "last_k": {"k": 3}, "top_k": {"k": 2}, "bottom_k": {"k": 2},
     "approx_percentile": {"percentiles": [0.1, 0.5, 0.9]},
+    **{op: {"half_life": "6h"} for op in ("decayed_count", "decayed_sum", "decayed_avg")},
 }
 COLUMNS = {
     "amount": ["sum", "avg", "min", "max", "variance", "stddev", "skew", "kurtosis",
-               "approx_percentile", "top_k"],
-    "quantity": ["count", "sum", "first", "last", "bottom_k"],
-    "item": ["last_k", "first_k", "unique_count", "approx_unique_count", "histogram"],
+               "approx_percentile", "top_k", "decayed_sum", "decayed_avg"],
+    "quantity": ["count", "sum", "first", "last", "bottom_k", "decayed_sum"],
+    "item": ["last_k", "first_k", "unique_count", "approx_unique_count", "histogram",
+             "decayed_count"],
     "flag": ["count", "last"],
 }
 

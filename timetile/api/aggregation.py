@@ -5,16 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
+from typing import Any
 
 from timetile.api.errors import DefinitionError, one_of
 from timetile.api.windows import Window
 from timetile.core.aggregators import OPS
+from timetile.core.timeutil import format_duration, parse_duration
 
-#: The ops that take ``k``; those that take ``percentiles``.
+#: The ops that take ``k``; those that take ``percentiles``; those that take ``half_life``.
 _PARAM_OPS = {
     name: tuple(op for op, spec in OPS.items() if name in spec.params)
-    for name in ("k", "percentiles")
+    for name in ("k", "percentiles", "half_life")
 }
+#: How the error for a missing parameter shows one.
+_PARAM_EXAMPLES = {"k": "k=5", "percentiles": "percentiles=[0.5, 0.95]",
+                   "half_life": "half_life='1d'"}
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,8 @@ class Aggregation:
     Args:
         column: the input column; its nulls are ignored.
         op: one of ``count sum avg min max first last first_k last_k top_k bottom_k variance
-            stddev skew kurtosis unique_count approx_unique_count approx_percentile histogram``.
+            stddev skew kurtosis unique_count approx_unique_count approx_percentile histogram
+            decayed_count decayed_sum decayed_avg``.
         windows: window strings (``"7d"``) or :class:`Window` objects; none means lifetime.
         k: how many values ``first_k``, ``last_k``, ``top_k`` and ``bottom_k`` keep.
         percentiles: the ranks in [0, 1] that ``approx_percentile`` returns, in order.
@@ -35,6 +41,11 @@ class Aggregation:
             are left out, and an empty window gives a null map, whatever the op (``count``
             too). Such an aggregation outputs only the bucketed columns
             (``…_{window}_by_{bucket}``), for each window in order, for each bucket in order.
+        half_life: the decayed ops' half-life, ``"<n><unit>"`` (unit one of ``s m h d``) or
+            milliseconds: at a query time q an event of time ts weighs
+            ``2^(−(q − ts)/half_life)`` (:mod:`timetile.core.aggregators.decayed`). Part of
+            the output's name, after the op: ``…_decayed_sum_hl1d_30d``, so one column can be
+            decayed at several half-lives.
 
     >>> [window.name for window in Aggregation("duration", "sum", windows=["1h", "7d"]).windows]
     ['1h', '7d']
@@ -42,6 +53,8 @@ class Aggregation:
     ['user_views_listing_id_last_k']
     >>> Aggregation("price", "sum", windows=["1d"], buckets=["category"]).column_names("items")
     ['items_price_sum_1d_by_category']
+    >>> Aggregation("amount", "decayed_sum", half_life="1d", windows=["30d"]).column_names("p")
+    ['p_amount_decayed_sum_hl1d_30d']
 
     """
 
@@ -51,6 +64,7 @@ class Aggregation:
     k: int | None = None
     percentiles: Sequence[float] | None = None
     buckets: Sequence[str] | None = None
+    half_life: str | int | None = None
 
     def __post_init__(self) -> None:
         subject = f"Aggregation({self.column!r}, {self.op!r})"
@@ -74,9 +88,8 @@ class Aggregation:
         for name, ops in _PARAM_OPS.items():
             value = getattr(self, name)
             if name in spec.params and value is None:
-                example = "k=5" if name == "k" else "percentiles=[0.5, 0.95]"
                 raise DefinitionError.single(subject, name, f"{self.op} needs {name}",
-                                             f"give {example}")
+                                             f"give {_PARAM_EXAMPLES[name]}")
             if name not in spec.params and value is not None:
                 raise DefinitionError.single(subject, name, f"{self.op} takes no {name}",
                                              f"drop {name}; only {', '.join(ops)} take it")
@@ -105,6 +118,8 @@ class Aggregation:
                     "give a non-empty list such as [0.5, 0.95]",
                 )
             object.__setattr__(self, "percentiles", tuple(float(p) for p in ranks))
+        if self.half_life is not None:
+            object.__setattr__(self, "half_life", _half_life_ms(subject, self.half_life))
 
     def _parse_windows(self, subject: str) -> tuple[Window, ...]:
         if isinstance(self.windows, (str, Window)):
@@ -157,6 +172,27 @@ class Aggregation:
         return buckets
 
     @property
+    def half_life_ms(self) -> int | None:
+        """The half-life in milliseconds, or None for ops without one."""
+        assert self.half_life is None or isinstance(self.half_life, int)
+        return self.half_life
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The op's parameters, as :func:`~timetile.core.aggregators.make_aggregator` takes them.
+
+        >>> Aggregation("v", "last_k", k=3).params, Aggregation("v", "sum").params
+        ({'k': 3}, {})
+        """
+        given = {"k": self.k, "percentiles": self.percentiles, "half_life": self.half_life}
+        return {name: given[name] for name in OPS[self.op].params}
+
+    @property
+    def op_key(self) -> tuple[Any, ...]:
+        """What identifies the op over its column: features that share it share states."""
+        return (self.column, self.op, self.k, self.percentiles, self.half_life)
+
+    @property
     def window_list(self) -> tuple[Window | None, ...]:
         """The windows, with None standing for the lifetime window."""
         return (None,) if self.windows is None else tuple(self.windows)  # type: ignore[arg-type]
@@ -172,7 +208,7 @@ class Aggregation:
 
         Names are ``{prefix_}{group_by}_{column}_{op}_{window}``, with ``_by_{bucket}``
         appended when bucketed; a lifetime aggregation (window None) drops the
-        ``_{window}`` part.
+        ``_{window}`` part; a decayed op's is ``{op}_hl{half_life}``.
 
         >>> agg = Aggregation("price", "max", windows=["1h", "1d"], buckets=["shop", "kind"])
         >>> for name, window, bucket in agg.outputs("items", prefix="p"):
@@ -184,6 +220,8 @@ class Aggregation:
         """
         stem = f"{prefix}_{group_by}" if prefix else group_by
         base = f"{stem}_{self.column}_{self.op}"
+        if self.half_life_ms is not None:
+            base += f"_hl{format_duration(self.half_life_ms)}"
         made = []
         for window in self.window_list:
             windowed = base if window is None else f"{base}_{window.name}"
@@ -200,3 +238,24 @@ class Aggregation:
         ``_{window}`` part.
         """
         return [name for name, _, _ in self.outputs(group_by, prefix)]
+
+
+def _half_life_ms(subject: str, value: object) -> int:
+    """Read a half-life: a positive duration string or number of milliseconds."""
+    fix = "write half_life='<n><unit>' with unit one of s, m, h, d (e.g. '1d'), or milliseconds"
+    if isinstance(value, bool) or not isinstance(value, (str, Integral)):
+        raise DefinitionError.single(subject, "half_life", f"{value!r} is not a duration", fix)
+    if isinstance(value, Integral):
+        if value <= 0:
+            raise DefinitionError.single(subject, "half_life", f"{value} ms is not positive",
+                                         "give a positive half-life, such as '1d'")
+        return int(value)
+    try:
+        millis = parse_duration(value, allow_zero=True)
+    except ValueError:
+        raise DefinitionError.single(subject, "half_life", f"{value!r} is not a duration",
+                                     fix) from None
+    if millis == 0:
+        raise DefinitionError.single(subject, "half_life", f"{value!r} is not positive",
+                                     "give a positive half-life, such as '1d'")
+    return millis

@@ -157,8 +157,10 @@ class EntityReplay:
     def _values(self, feature: EntityFeature, images: Sequence[tuple[Image, int | None]]
                 ) -> tuple[np.ndarray, np.ndarray]:
         column, bucket = feature.column, feature.bucket
+        timed = feature.aggregator.needs_times()  # a decayed op weighs rows by their time
         kept = [(image, time) for image, time in images if image[column] is not None
-                and (bucket is None or image[bucket] is not None)]
+                and (bucket is None or image[bucket] is not None)
+                and (time is not None or not timed)]
         values = np.array([image[column] for image, _ in kept], dtype=feature.dtype)
         times = np.array([time if time is not None else np.iinfo(np.int64).min
                           for _, time in kept], dtype=np.int64)
@@ -232,7 +234,7 @@ class EntityReplay:
                     (image, time) for image, time in everything
                     if time is not None and low <= time < high]))
             try:
-                results.append(aggregator.finalize(state))
+                results.append(aggregator.finalize_at(state, as_of))
             except ResultOverflowError as error:
                 raise refused(feature.name, feature.source_column, error) from None
         if self.lookup:

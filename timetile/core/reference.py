@@ -21,6 +21,8 @@ def aggregate_windows(
     values: npt.NDArray[Any],
     starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
+    *,
+    at: npt.NDArray[np.int64] | None = None,
 ) -> list[Any]:
     """Return the finalized aggregate of the events in ``[starts[i], ends[i])`` for each i.
 
@@ -30,6 +32,9 @@ def aggregate_windows(
         values: the events' non-null values, aligned with ``times``.
         starts: window starts (inclusive), one per query.
         ends: window ends (exclusive), one per query.
+        at: each query's time, which the results are finalized at
+            (:meth:`~timetile.core.aggregators.base.Aggregator.finalize_at`); by default,
+            its window's end.
 
     >>> from timetile.core.aggregators import make_aggregator
     >>> from timetile.core.types import ValueType
@@ -42,7 +47,8 @@ def aggregate_windows(
     lows = np.searchsorted(times, starts, side="left")
     highs = np.searchsorted(times, ends, side="left")
     results = []
-    for low, high in zip(lows.tolist(), highs.tolist(), strict=True):
+    query_times = ends if at is None else at
+    for low, high, when in zip(lows.tolist(), highs.tolist(), query_times.tolist(), strict=True):
         state = aggregator.fold(values[low:high], times[low:high])
-        results.append(aggregator.finalize(state))
+        results.append(aggregator.finalize_at(state, when))
     return results

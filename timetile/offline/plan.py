@@ -95,8 +95,7 @@ class Feature:
     def aggregator_key(self) -> tuple[Any, ...]:
         """What identifies its aggregator: features that share it share states."""
         aggregation = self.aggregation
-        return (aggregation.column, aggregation.op, aggregation.k, aggregation.percentiles,
-                self.bucket)
+        return (*aggregation.op_key, self.bucket)
 
 
 class Source(Enum):

@@ -439,7 +439,8 @@ class Fetcher:
             states = record.states(served.features, when, recent)
             try:
                 for feature, state in zip(served.features, states, strict=True):
-                    result.features[prefix + feature.name] = feature.aggregator.finalize(state)
+                    result.features[prefix + feature.name] = feature.aggregator.finalize_at(
+                        state, when)
             except ResultOverflowError as error:  # the backfill refuses it too
                 column, _ = split_series(feature.series)
                 raise refused(prefix + feature.name, column, error) from None

@@ -142,15 +142,11 @@ def online_features(group_by: GroupBy, value_types: Mapping[str, str]) -> tuple[
     shared: dict[tuple[Any, ...], Any] = {}
     for aggregation in group_by.aggregations or ():
         value_type = ValueType(value_types[aggregation.column])
-        percentiles = (None if aggregation.percentiles is None
-                       else tuple(aggregation.percentiles))
         for name, window, bucket in aggregation.outputs(group_by.name, None):
-            op = (aggregation.op, aggregation.column, value_type, aggregation.k, percentiles,
-                  bucket)
+            op = (*aggregation.op_key, value_type, bucket)
             aggregator = shared.get(op)
             if aggregator is None:
-                aggregator = make_aggregator(aggregation.op, value_type, k=aggregation.k,
-                                             percentiles=aggregation.percentiles)
+                aggregator = make_aggregator(aggregation.op, value_type, **aggregation.params)
                 if bucket is not None:
                     aggregator = Bucketed(aggregator)
                 shared[op] = aggregator
@@ -187,7 +183,9 @@ def feature_signature(group_by: GroupBy) -> str:
     if shape != _DEFAULT_SHAPES[type(source)]:  # a source of defaults keeps its digest of
         parts.append(repr(shape))  # earlier builds, which held no shape: no re-upload
     parts.extend(repr((a.column, a.op, a.k, a.percentiles, a.buckets,
-                       [None if w is None else w.name for w in a.window_list]))
+                       [None if w is None else w.name for w in a.window_list])
+                      # a half-life where given: the other ops keep their digests
+                      + (() if a.half_life is None else (a.half_life,)))
                  for a in group_by.aggregations or ())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 

@@ -19,7 +19,8 @@ oracle.as_of`: q under TEMPORAL, the start of q's UTC day under SNAPSHOT):
 3. An aggregation reads the non-null values of its column over the state rows with the
    query's keys; a windowed one keeps the rows whose ``time_column`` t has
    ``start(a) <= t < end(a)`` (as event windows do), a lifetime one every row, null time
-   included. Empty: ``count``, ``unique_count``, ``approx_unique_count`` 0, others null.
+   included, except for the decayed ops, which weigh a row by its age and leave out a row
+   without a time. Empty: ``count``, ``unique_count``, ``approx_unique_count`` 0, others null.
 4. A lookup (``aggregations=None``) returns, per non-key selected column, the value of the
    state row with the query's keys that sorts last by (the row time when the source has a
    ``time_column``, then the selected non-key columns in select order), nulls first in

@@ -268,11 +268,14 @@ def aggregate_features(
         value = _value(columns.index(aggregation.column))
         window_start, window_end = window_interval(window, _AT)
         keep = [f"{value} IS NOT NULL"]
+        if op.timed:
+            keep.append(f"{_EVENT_TIME} IS NOT NULL")
         if window is not None:
             keep.insert(0, f"{_EVENT_TIME} < {window_end}")
         if window_start is not None:
             keep.insert(0, f"{_EVENT_TIME} >= {window_start}")
-        aggregate = op.aggregate.format(v=value, t=_EVENT_TIME)
+        aggregate = op.aggregate.format(v=value, t=_EVENT_TIME, at=_AT,
+                                        h=aggregation.half_life)
         if bucket is not None:
             bucketed.setdefault(_value(columns.index(bucket)), []).append(
                 (name, aggregation, aggregate, " AND ".join(keep)))
@@ -355,4 +358,4 @@ def _widened(frame: DataFrame, column: str) -> Column:
 
 def _finish(op: SqlOp, aggregation: Aggregation, partial: str) -> str:
     percentiles = ", ".join(_decimal(p) for p in aggregation.percentiles or ())
-    return op.finish.format(a=partial, k=aggregation.k, ps=percentiles)
+    return op.finish.format(a=partial, k=aggregation.k, ps=percentiles, h=aggregation.half_life)

@@ -41,16 +41,20 @@ class SqlOp:
     """How the oracle computes one op: a SQL aggregate, then a SQL expression finishing it.
 
     Attributes:
-        aggregate: an aggregate over ``{v}`` (the value) and ``{t}`` (the event time). The
-            plan appends ``FILTER (WHERE <window> AND {v} IS NOT NULL)``, so the aggregate
-            sees exactly the window's non-null values, possibly none.
-        finish: an expression over ``{a}`` (the aggregate's result), ``{k}`` and ``{ps}``
-            (the percentiles as a comma-separated list of exact decimals).
+        aggregate: an aggregate over ``{v}`` (the value), ``{t}`` (the event time), ``{at}``
+            (the query's as-of time) and ``{h}`` (the half-life in milliseconds). The plan
+            appends ``FILTER (WHERE <window> AND {v} IS NOT NULL)``, so the aggregate sees
+            exactly the window's non-null values, possibly none.
+        finish: an expression over ``{a}`` (the aggregate's result), ``{k}``, ``{ps}``
+            (the percentiles as a comma-separated list of exact decimals) and ``{h}``.
+        timed: whether rows without a time are left out (the plan adds
+            ``{t} IS NOT NULL`` to the filter), as they are of windowed aggregations.
 
     """
 
     aggregate: str
     finish: str = "{a}"
+    timed: bool = False
 
 
 def _non_empty(body: str) -> str:
@@ -64,6 +68,27 @@ def _without_nan(finish: str) -> str:
 
 
 _PAIR = "named_struct('t', {t}, 'v', {v})"  # ordered by time, ties by value (NaN largest)
+
+
+def _decayed(value: str, age: str) -> str:
+    """Weigh ``value`` by ``2^(−age/h)``, in SQL; NaN and ±inf stay as they are.
+
+    ``inf · 0`` would be NaN where the weight underflows: kept, a sum of them follows
+    ``sum``'s rules.
+    """
+    return (f"IF(isnan({value}) OR abs({value}) = double('inf'), {value}, "
+            f"{value} * pow(2D, -({age}) / {{h}}))")
+
+
+_DOUBLE = "CAST({v} AS DOUBLE)"
+#: The weighted mean of a list of (t, v), its weights relative to its newest time: the
+#: decayed_avg's definition written directly, so that it holds where every weight at the
+#: query time underflows.
+_NEWEST = "array_max(transform({a}, x -> x.t))"
+_DECAYED_AVG = (
+    f"aggregate({{a}}, named_struct('s', 0D, 'c', 0D), (acc, p) -> named_struct("
+    f"'s', acc.s + {_decayed('p.v', f'{_NEWEST} - p.t')}, "
+    f"'c', acc.c + pow(2D, -({_NEWEST} - p.t) / {{h}})), acc -> acc.s / acc.c)")
 
 #: Each op of DESIGN §2 as Spark SQL (STYLE §9). Spark orders NaN above every double, which
 #: is the contract's order for min, max, first, last and the k-ops; ``count(DISTINCT)``,
@@ -102,6 +127,12 @@ SQL_OPS: Mapping[str, SqlOp] = {
     "approx_percentile": SqlOp("collect_list(CAST({v} AS DOUBLE))", _without_nan(_non_empty(
         "transform(array({ps}), p -> element_at(sort_array({a}), "
         "CAST(greatest(1, ceil(p * size({a}))) AS INT)))"))),
+    # Σ 2^(−(at − t)/h), Σ v · 2^(−(at − t)/h) in doubles, rounded after every addition; a
+    # row without a time (an entity row) has no age, and is left out
+    "decayed_count": SqlOp("sum(pow(2D, -({at} - {t}) / {h}))", "coalesce({a}, 0D)", True),
+    "decayed_sum": SqlOp(f"sum({_decayed(_DOUBLE, '{at} - {t}')})", timed=True),
+    "decayed_avg": SqlOp(f"collect_list(named_struct('t', {{t}}, 'v', {_DOUBLE}))",
+                         _non_empty(_DECAYED_AVG), timed=True),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from timetile.core.aggregators.base import Aggregator
 from timetile.core.aggregators.bucketed import Bucketed, bucketed_values
 from timetile.core.aggregators.counting import Avg, Count, Sum
+from timetile.core.aggregators.decayed import DecayedAvg, DecayedCount, DecayedSum
 from timetile.core.aggregators.distinct import Histogram, UniqueCount
 from timetile.core.aggregators.extremes import First, Last, Max, Min
 from timetile.core.aggregators.moments import Kurtosis, Skew, Stddev, Variance
@@ -68,6 +69,9 @@ OPS: Mapping[str, OpSpec] = {
         OpSpec("approx_unique_count", ApproxUniqueCount),
         OpSpec("approx_percentile", ApproxPercentile, ("percentiles",)),
         OpSpec("histogram", Histogram),
+        OpSpec("decayed_count", DecayedCount, ("half_life",)),
+        OpSpec("decayed_sum", DecayedSum, ("half_life",)),
+        OpSpec("decayed_avg", DecayedAvg, ("half_life",)),
     )
 }
 
@@ -78,8 +82,12 @@ def make_aggregator(
     *,
     k: int | None = None,
     percentiles: Sequence[float] | None = None,
+    half_life: int | None = None,
 ) -> Aggregator[Any]:
     """Build the aggregator for ``op`` over a column of ``input_type``.
+
+    ``k`` and ``percentiles`` are the k-ops' and ``approx_percentile``'s parameters;
+    ``half_life`` (milliseconds) the decayed ops'.
 
     Raises:
         KeyError: for an unknown op.
@@ -87,7 +95,7 @@ def make_aggregator(
 
     """
     spec = OPS[op]
-    given: dict[str, Any] = {"k": k, "percentiles": percentiles}
+    given: dict[str, Any] = {"k": k, "percentiles": percentiles, "half_life": half_life}
     kwargs = {name: given[name] for name in spec.params}
     missing = [name for name, value in kwargs.items() if value is None]
     if missing:

@@ -6,6 +6,7 @@ turns a state into a result::
     state = agg.update(agg.init(), values, times)        # fold a batch, vectorized
     both = agg.merge(state_a, state_b)                   # combine disjoint inputs
     agg.finalize(both)                                   # the user-visible result
+    agg.finalize_at(both, q)                             # ... of a query at time q
     agg.from_bytes(agg.to_bytes(both)) == both           # states travel as bytes
 
 Laws every aggregator keeps (tested with hypothesis in ``tests/core``):
@@ -142,6 +143,16 @@ class Aggregator(ABC, Generic[StateT]):
     def finalize(self, state: StateT) -> Any:
         """Return the result: a Python scalar, list or dict, or None where the contract says so."""
 
+    def finalize_at(self, state: StateT, at_ms: int | None) -> Any:
+        """Return the result of a query at ``at_ms`` (epoch ms), or None for no time.
+
+        What every engine calls, with the query's as-of time: the decayed ops weigh each event
+        by its age at that time (:mod:`.decayed`); every other op's result is its
+        :meth:`finalize`, whatever the time.
+        """
+        del at_ms
+        return self.finalize(state)
+
     def finalize_many(self, states: Any) -> Finalized:
         """Return the result of each state of a column (:attr:`columnar`), vectorized.
 
@@ -158,6 +169,14 @@ class Aggregator(ABC, Generic[StateT]):
     @abstractmethod
     def from_bytes(self, data: bytes) -> StateT:
         """Inverse of :meth:`to_bytes`."""
+
+    def needs_times(self) -> bool:
+        """Whether each value weighs by its time (the decayed ops).
+
+        A value without a time (an entity row without one) has no weight in such an op:
+        the entity replay leaves it out. Every other op takes it, ordered first.
+        """
+        return False
 
     def fold(self, values: Values, times: Times) -> StateT:
         """``update(init(), values, times)``: the state of one batch."""

@@ -178,6 +178,16 @@ class Bucketed(Aggregator[BucketStates]):
             return None
         return {bucket: self.inner.finalize(state[bucket]) for bucket in sorted(state)}
 
+    def needs_times(self) -> bool:
+        """Whether the inner op needs each value's time."""
+        return self.inner.needs_times()
+
+    def finalize_at(self, state: BucketStates, at_ms: int | None) -> dict[str, Any] | None:
+        """Return ``{bucket: inner result at at_ms}`` in bucket order, or None for no values."""
+        if not state:
+            return None
+        return {bucket: self.inner.finalize_at(state[bucket], at_ms) for bucket in sorted(state)}
+
     def to_bytes(self, state: BucketStates) -> bytes:
         """Encode ``(buckets, inner state bytes)`` in bucket order with :mod:`.codec`."""
         buckets = tuple(sorted(state))

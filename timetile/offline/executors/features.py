@@ -30,8 +30,7 @@ from timetile.spark.sources import TIME
 def op_aggregator(feature: Feature) -> Aggregator[Any]:
     """Return the aggregator of a feature's op, without its buckets."""
     aggregation = feature.aggregation
-    return make_aggregator(aggregation.op, feature.input_type, k=aggregation.k,
-                           percentiles=aggregation.percentiles)
+    return make_aggregator(aggregation.op, feature.input_type, **aggregation.params)
 
 
 def build_aggregator(feature: Feature) -> Aggregator[Any]:

@@ -147,14 +147,15 @@ class TilingMerge:
         for position in range(last - first):
             for name, value in zip(self.layout.keys, key_values[key_id], strict=True):
                 rows[name].append(value)
-            rows[TIME].append(int(index.times[first + position]))
+            at = int(index.times[first + position])
+            rows[TIME].append(at)
             try:
                 for f, feature in enumerate(self.layout.features):
                     a = self.layout.feature_aggregator[f]
                     slot = a * windows + self.layout.feature_window[f]
                     aggregator = aggregators[a]
                     state = leaves[slot][position] if slot in leaves else aggregator.init()
-                    rows[feature.name].append(arrow_value(aggregator.finalize(state)))
+                    rows[feature.name].append(arrow_value(aggregator.finalize_at(state, at)))
             except ResultOverflowError as error:
                 raise refused(feature, error) from None
 

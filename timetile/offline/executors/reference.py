@@ -59,7 +59,8 @@ class KeyGroupEvaluator:
             values, times = columns[column]
             starts, ends = bounds[feature.window]
             with finalizing(feature):
-                results = aggregate_windows(aggregator, times, values, starts, ends)
+                results = aggregate_windows(aggregator, times, values, starts, ends,
+                                            at=query_times)
             arrays.append(arrow_column(aggregator, results))
         return pa.Table.from_arrays(arrays, schema=self.output_schema)
 

@@ -165,6 +165,7 @@ class TiledLayout:
                   f.aggregation.percentiles, f.input_type.value, f.bucket)
                  # only a changed form adds its version: the other ops' partials stay valid
                  + ((aggregator.state_version,) if aggregator.state_version > 1 else ())
+                 + (() if f.aggregation.half_life is None else (f.aggregation.half_life,))
                  for f, aggregator in zip(self.aggregations, self.aggregators(), strict=True)]
         return repr((self.hop_ms, parts))
 
@@ -381,6 +382,7 @@ class Assembly:
     def _query(self, group: pa.Table, aggregators: list[Aggregator[Any]], rows: Rows) -> None:
         for name in (*self.layout.keys, TIME):
             rows[name].append(group.column(name)[0].as_py())
+        at = rows[TIME][-1]
         windows = group.column(WINDOW).to_pylist()
         state_lists = [group.column(name).to_pylist() for name in self.layout.state_columns]
         for index, feature in enumerate(self.layout.features):
@@ -392,7 +394,7 @@ class Assembly:
                 if row_window == window and data is not None:
                     state = aggregator.merge(state, aggregator.from_bytes(data))
             try:
-                rows[feature.name].append(arrow_value(aggregator.finalize(state)))
+                rows[feature.name].append(arrow_value(aggregator.finalize_at(state, at)))
             except ResultOverflowError as error:
                 raise refused(feature, error) from None
 
