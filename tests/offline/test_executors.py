@@ -56,33 +56,31 @@ def rows(frame: Any) -> list[tuple]:
 
 
 def test_boundary_events_agree_on_every_path(spark: Any) -> None:
+    """Every executor equals the oracle; the two fast paths are identical, ``auto`` sweeps
+    the 8 features the sweep computes and broadcasts the sketch (10 queries), and the
+    reports name the path and the largest (key, hop) group."""
     events, queries, hop = boundary_frames(spark)
     assert hop < HOUR_MS  # the data puts events on both sides of hop boundaries
     join = join_of(events, queries)
     expected = rows(naive_backfill(join, spark))
-    for executor in ("tiled", "interval_tree", "reference"):
-        assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor
+    jobs = {executor: tt.BackfillJob(join, spark, executor=executor).plan()
+            for executor in ("tiled", "interval_tree", "reference", "auto")}
+    for executor, job in jobs.items():
+        assert rows(job.dataframe()) == expected, executor
+    assert jobs["tiled"].report.path == "edge: tiled"
+    assert jobs["interval_tree"].report.path == "edge: interval_tree"
+    assert jobs["auto"].report.path == "edge: sweep+interval_tree"
+    auto = jobs["auto"].dataframe()
+    assert auto.columns[-len(join.output_columns()):] == join.output_columns()
+    line = next(line for line in jobs["tiled"].report.lines()
+                if "largest (key, hop) group" in line)
+    busiest = max(events.groupBy((events.ts - events.ts % hop).alias("h")).count()
+                  .select("count").collect())[0]
+    assert f"{busiest:,} events at key (1,)" in line
     join = join_of(events, queries, sweepable=True)
     expected = rows(naive_backfill(join, spark))
     for executor in ("sweep", "tiled"):
         assert rows(tt.backfill(join, spark, executor=executor)) == expected, executor
-
-
-def test_the_two_fast_paths_are_identical_and_the_report_names_them(spark: Any) -> None:
-    events, queries, _ = boundary_frames(spark)
-    join = join_of(events, queries)
-    tiled_job = tt.BackfillJob(join, spark, executor="tiled").plan()
-    tiled = rows(tiled_job.dataframe())
-    broadcast_job = tt.BackfillJob(join, spark, executor="interval_tree").plan()
-    assert rows(broadcast_job.dataframe()) == tiled
-    assert tiled_job.report.path == "edge: tiled"
-    assert broadcast_job.report.path == "edge: interval_tree"
-    # auto sweeps the 8 features the sweep computes and broadcasts the sketch (10 queries)
-    auto_job = tt.BackfillJob(join, spark).plan()
-    auto = auto_job.dataframe()
-    assert auto_job.report.path == "edge: sweep+interval_tree"
-    assert auto.columns[-len(join.output_columns()):] == join.output_columns()
-    assert rows(auto) == tiled
 
 
 @pytest.mark.parametrize(("limit", "counted", "chosen"), [
@@ -102,20 +100,10 @@ def test_auto_counts_the_queries_only_when_the_left_rows_do_not_bound_them(
     assert ("count queries" in job.report.stage_seconds) == counted
 
 
-def test_the_report_names_the_largest_key_hop_group(spark: Any) -> None:
-    events, queries, hop = boundary_frames(spark)
-    job = tt.BackfillJob(join_of(events, queries), spark, executor="tiled").plan()
-    job.dataframe().collect()
-    line = next(line for line in job.report.lines() if "largest (key, hop) group" in line)
-    busiest = max(events.groupBy((events.ts - events.ts % hop).alias("h")).count()
-                  .select("count").collect())[0]
-    assert f"{busiest:,} events at key (1,)" in line
-
-
 @pytest.mark.parametrize(("key_type", "odd"), [
     ("string", ["a", "b", None]),
-    ("double", [1.5, float("nan"), None]),
-    ("double", [0.0, -0.0, float("nan")]),  # one key for both zeros, as Spark groups them
+    # one key for both zeros, as Spark groups them
+    ("double", [1.5, float("nan"), None, 0.0, -0.0]),
 ])
 def test_odd_keys_agree_on_every_path(spark: Any, key_type: str, odd: list[Any]) -> None:
     """String and float keys, two key columns, null, NaN and signed zero keys on both sides."""

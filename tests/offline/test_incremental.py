@@ -88,13 +88,17 @@ def test_a_partials_path_is_read_as_named_not_as_a_pattern(spark: Any,
     join = tt.Join("globs", queries, [tt.GroupBy("spend", tt.EventSource(events), ["user_id"],
                                                  AGGREGATIONS)])
     expected = rows(tt.backfill(join, spark, executor="reference"))
-    for name in ("pX", "p*", "p[1]{a,b}?"):
+    # pX's partials are the sibling that p* must not read; the others run twice, the second
+    # run reusing what the first stored
+    for name, runs in (("pX", ("first",)), ("p*", ("first", "again")),
+                       ("p[1]{a,b}?", ("first", "again"))):
         store = str(tmp_path / name)
-        for run in ("first", "again"):
+        for run in runs:
             job = tt.BackfillJob(join, spark, partials_path=store).plan()
             assert rows(job.dataframe()) == expected, (name, run)
-        (note,) = [note for note in job.report.notes if "hop partials" in note]
-        assert note.startswith("spend: hop partials of 1 days reused, 0 computed"), (name, note)
+        if runs[-1] == "again":
+            (note,) = [note for note in job.report.notes if "hop partials" in note]
+            assert note.startswith("spend: hop partials of 1 days reused, 0 computed"), note
 
 
 def test_a_changed_key_never_reads_stale_partials(spark: Any, tmp_path: Path) -> None:
