@@ -70,6 +70,8 @@ def aggregations() -> list[tt.Aggregation]:
         for column in columns:
             made.append(tt.Aggregation(column, op, windows=WINDOWS, **PARAMS.get(op, {})))
             made.append(tt.Aggregation(column, op, **PARAMS.get(op, {})))  # lifetime
+    made.append(tt.Aggregation("amount", "decayed_avg", half_life="3h", windows=["1d"],
+                               buckets=["item"]))
     return made
 
 
