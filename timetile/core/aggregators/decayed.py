@@ -24,8 +24,10 @@ weight at ``q`` underflows a double, and ``decayed_sum`` is then 0.0.
 Results depend on the query time, so the engines finalize with :meth:`Aggregator.finalize_at`;
 plain :meth:`~Aggregator.finalize` gives the value at the state's anchor. Error: a batch's
 sums are correctly rounded (``math.fsum`` of the rounded products), each merge rounds once
-more, and each weight is within a few units in the last place (``exp2`` of an exponent of at
-most 1,075 in magnitude, beyond which it underflows): well within 1e-12 of ``Σ|v · w|``.
+more, and each weight is within a few units in the last place (C's ``pow`` of an exponent of
+at most 1,075 in magnitude, beyond which it underflows): well within 1e-12 of ``Σ|v · w|``.
+A row dated after the query (an entity row's time may be) weighs more than 1, as the formula
+says; past the double range its weight is +inf.
 Not invertible (a retraction would subtract nearly equal numbers), so the sliding paths use
 trees of merges, never prefix differences.
 """
@@ -47,6 +49,14 @@ from timetile.core.types import ResultType, ValueType
 DecayedState: TypeAlias = tuple[int | None, float, float, int, int, int]
 
 _EMPTY: DecayedState = (None, 0.0, 0.0, 0, 0, 0)
+
+
+def _power_of_two(exponent: float) -> float:
+    """Return ``2 ** exponent`` with C's ``pow``, as ``np.power`` computes it; +inf past doubles."""
+    try:
+        return float(2.0 ** exponent)
+    except OverflowError:  # a row far after the query time
+        return math.inf
 
 
 def _sum(terms: np.ndarray) -> float:
@@ -96,7 +106,7 @@ class _Decayed(Aggregator[DecayedState]):
             return state
         times = np.asarray(times, dtype=np.int64)
         anchor = int(times.max())
-        # np.power calls the same C pow as the float ** of merge: one weight, one rounding
+        # np.power calls the same C pow as _power_of_two: one weight, one rounding
         weights = np.power(2.0, -(anchor - times).astype(np.float64) / self.half_life)
         if self.numeric_only:
             numbers = as_values(values, self.input_type).astype(np.float64)
@@ -114,7 +124,7 @@ class _Decayed(Aggregator[DecayedState]):
         older, newer = (left, right) if (left[0] or 0) <= (right[0] or 0) else (right, left)
         if older[0] is None or newer[0] is None:
             return newer if older[0] is None else older
-        factor = 2.0 ** (-(newer[0] - older[0]) / self.half_life)
+        factor = _power_of_two(-(newer[0] - older[0]) / self.half_life)
         return (newer[0], older[1] * factor + newer[1], older[2] * factor + newer[2],
                 older[3] + newer[3], older[4] + newer[4], older[5] + newer[5])
 
@@ -123,7 +133,7 @@ class _Decayed(Aggregator[DecayedState]):
         anchor = state[0]
         if anchor is None or at_ms is None:
             return state[1], state[2]
-        factor = 2.0 ** (-(at_ms - anchor) / self.half_life)
+        factor = _power_of_two(-(at_ms - anchor) / self.half_life)
         return state[1] * factor, state[2] * factor
 
     def _special(self, state: DecayedState) -> float | None:
