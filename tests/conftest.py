@@ -69,12 +69,9 @@ def redis_url() -> Iterator[str]:
 def empty_redis_url(redis_url: str) -> str:
     """The URL of this process's redis-server, flushed: the tests before wrote to it too (a
     GroupBy of the same name uploaded as of a later day refuses an earlier day's upload)."""
-    from timetile.store.redis_store import RedisStore
+    from timetile.testing import emptied
 
-    redis_store = RedisStore(redis_url)
-    redis_store.flush()
-    redis_store.close()
-    return redis_url
+    return emptied(redis_url)
 
 
 #: The modules that take longest, longest first (measured with ``--durations=0``, summed per

@@ -5,13 +5,12 @@ executors. A local cluster (``local-cluster[1,2,1024]``) runs the driver and an 
 cores in separate JVMs, each with its own Python workers, as a cluster does: what only local
 mode lets work (driver state read on the executors, paths or settings only the driver sees)
 fails here. One executor is enough for that, and a third JVM would only compete for the two
-cores of a test machine. The
-Join is both examples' parts together (sweep, interval tree, entity parts, derivations) and a
-part of short windows, run as ``auto`` with hot keys cut into chunks of time; the part of
-short windows alone is run again with stored hop partials (the tiled executor, whose
-partials the executors write). Each output must equal, row for row (as Spark compares
-rows: ``-0.0`` equals ``0.0``, NaN equals NaN), the backfill this test's own session
-computes with the same options.
+cores of a test machine. The Join is both examples' parts together (sweep, interval tree,
+entity parts, derivations) and a part of short windows, run as ``auto`` with hot keys cut
+into chunks of time; the part of short windows alone is run again with stored hop partials
+(the tiled executor, whose partials the executors write). Each output must equal, row for
+row (as Spark compares rows: ``-0.0`` equals ``0.0``, NaN equals NaN), the backfill this
+test's own session computes with the same options.
 
 The upload writes 10,000 keys of 4 events (about 2.9 MB of records) to Redis under a driver
 result limit of 1 MB, which holds for the whole session: neither the backfills nor the
@@ -44,6 +43,7 @@ from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.demo import data as demo
 from timetile.online.fetcher import Fetcher
 from timetile.store.kv import open_store
+from timetile.testing import emptied
 from timetile.testing.local_cluster import run_on_local_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
@@ -154,12 +154,7 @@ def expected(spark: SparkSession, defs: Path) -> dict[str, DataFrame]:
 @pytest.fixture(scope="module")
 def cluster_redis(redis_url: str) -> str:
     """This process's redis-server, flushed once for the module: the upload writes to it."""
-    from timetile.store.redis_store import RedisStore
-
-    redis_store = RedisStore(redis_url)
-    redis_store.flush()
-    redis_store.close()
-    return redis_url
+    return emptied(redis_url)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +177,7 @@ def cluster(defs: Path, expected: dict[str, DataFrame], cluster_redis: str,
          "--conf", "spark.executor.memory=768m", "--conf", "spark.sql.shuffle.partitions=4",
          "--conf", "spark.driver.maxResultSize=1m",  # the upload's records are several MB
          "--conf", "spark.sql.session.timeZone=UTC",
-         # one garbage collector thread per JVM: three JVMs share two cores here
+         # one garbage collector thread per JVM: the cluster's two and this test's share two cores
          "--conf", "spark.driver.extraJavaOptions=-XX:+UseSerialGC",
          "--conf", "spark.executor.extraJavaOptions=-XX:+UseSerialGC",
          str(driver), timetile.__main__.__file__,

@@ -27,7 +27,7 @@ from timetile.testing.oracle import (
     naive_backfill,
     percentile_rank_bounds,
 )
-from timetile.testing.redis_server import RedisServer
+from timetile.testing.redis_server import RedisServer, emptied
 from timetile.testing.sql_ops import SQL_OPS, SqlOp
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "RedisServer",
     "SqlOp",
     "differing_cells",
+    "emptied",
     "min_queries",
     "naive_backfill",
     "percentile_rank_bounds",

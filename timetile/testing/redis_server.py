@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from timetile.store.redis_store import RedisStore
+
 _MISSING = ("redis-server is not installed: install it: apt-get install -y redis-server, "
             "or run ./dev.sh test which installs it")
 
@@ -120,3 +122,17 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def emptied(url: str) -> str:
+    """Delete every key of the Redis database at ``url`` (``FLUSHDB``); return ``url``.
+
+    For tests that share one server: a GroupBy uploaded as of a later day refuses an earlier
+    day's upload of the same name, so each such test starts from an empty store.
+    """
+    store = RedisStore(url)
+    try:
+        store.flush()
+    finally:
+        store.close()
+    return url
