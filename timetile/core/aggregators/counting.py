@@ -121,6 +121,23 @@ def _minus(whole: SumState, part: SumState) -> SumState:
             whole[4] - part[4])
 
 
+def special_sum(nan: int, pos_inf: int, neg_inf: int) -> float | None:
+    """Return a float sum's result when special values occur (Spark's rules), else None.
+
+    NaN if a NaN or both infinities occur, else the one infinity that does.
+
+    >>> special_sum(0, 2, 0), special_sum(0, 1, 1), special_sum(0, 0, 0)
+    (inf, nan, None)
+    """
+    if nan or (pos_inf and neg_inf):
+        return float("nan")
+    if pos_inf:
+        return float("inf")
+    if neg_inf:
+        return float("-inf")
+    return None
+
+
 class _ExactSum(Aggregator[SumState]):
     """Shared machinery of ``sum`` and ``avg``: an exact, invertible :data:`SumState`.
 
@@ -173,13 +190,8 @@ class _ExactSum(Aggregator[SumState]):
             return None
         if self.input_type is ValueType.INT:
             return total
-        if nan or (pos_inf and neg_inf):
-            return float("nan")
-        if pos_inf:
-            return float("inf")
-        if neg_inf:
-            return float("-inf")
-        return scaled_to_float(total)
+        special = special_sum(nan, pos_inf, neg_inf)
+        return scaled_to_float(total) if special is None else special
 
     def _sums_many(self, states: RunSums) -> tuple[Values, np.ndarray]:
         """:meth:`_sum` of each run of a column, and where it is null; vectorized, O(runs).

@@ -42,6 +42,7 @@ import numpy as np
 
 from timetile.core.aggregators import codec
 from timetile.core.aggregators.base import Aggregator, Times, Values
+from timetile.core.aggregators.counting import special_sum
 from timetile.core.aggregators.ordering import as_values, canonical_float
 from timetile.core.types import ResultType, ValueType
 
@@ -136,17 +137,6 @@ class _Decayed(Aggregator[DecayedState]):
         factor = _power_of_two(-(at_ms - anchor) / self.half_life)
         return state[1] * factor, state[2] * factor
 
-    def _special(self, state: DecayedState) -> float | None:
-        """Return the result ``sum``'s rules give when a special value occurs, else None."""
-        _, _, _, nan, pos_inf, neg_inf = state
-        if nan or (pos_inf and neg_inf):
-            return float("nan")
-        if pos_inf:
-            return float("inf")
-        if neg_inf:
-            return float("-inf")
-        return None
-
     @abstractmethod
     def finalize_at(self, state: DecayedState, at_ms: int | None) -> float | None:
         """Return the result at ``at_ms``; at the state's anchor for None."""
@@ -206,7 +196,7 @@ class DecayedSum(_Decayed):
         """Return the decayed sum at ``at_ms``, or None for no values."""
         if state[0] is None:
             return None
-        special = self._special(state)
+        special = special_sum(state[3], state[4], state[5])  # nan, +inf, -inf
         if special is not None:
             return special
         _, total = self._at(state, at_ms)
@@ -232,7 +222,7 @@ class DecayedAvg(_Decayed):
         del at_ms  # the query's factor cancels
         if state[0] is None:
             return None
-        special = self._special(state)
+        special = special_sum(state[3], state[4], state[5])  # nan, +inf, -inf
         if special is not None:
             return special
         return canonical_float(float(state[2] / state[1]))
