@@ -86,6 +86,7 @@ LONGEST_FIRST = (
     "tests/test_cluster.py",
     "tests/offline/test_hot_keys.py",
     "tests/offline/test_entities.py",
+    "tests/verify/test_invariance.py",
     "tests/streaming/test_file_stream.py",
     "tests/offline/test_backfill_parity.py",
     "tests/online/test_online_inputs.py",

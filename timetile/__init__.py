@@ -37,6 +37,7 @@ from timetile.api import (
 )
 
 if TYPE_CHECKING:
+    from timetile import verify
     from timetile.offline.backfill import BackfillJob, backfill
     from timetile.offline.report import BadInputError, JobReport
     from timetile.spark.session import local_session
@@ -51,6 +52,7 @@ _ON_FIRST_USE = {
     "BadInputError": "timetile.offline.report",
     "JobReport": "timetile.offline.report",
     "local_session": "timetile.spark.session",
+    "verify": "timetile.verify",  # the package, which a call runs as the check
 }
 
 
@@ -59,7 +61,8 @@ def __getattr__(name: str) -> Any:
     module = _ON_FIRST_USE.get(name)
     if module is None:
         raise AttributeError(f"module 'timetile' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    value = loaded if module == f"{__name__}.{name}" else getattr(loaded, name)
     globals()[name] = value
     return value
 
@@ -86,4 +89,5 @@ __all__ = [
     "__version__",
     "backfill",
     "local_session",
+    "verify",
 ]

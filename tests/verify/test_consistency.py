@@ -525,16 +525,16 @@ def test_svg_plots_parse_and_count() -> None:
 
 
 def test_specs_follow_prefixes_and_key_mappings() -> None:
-    from timetile.verify.consistency import _approx_parts, _specs
+    from timetile.verify.consistency import approx_parts, feature_ops
 
     views = tt.GroupBy("views", tt.EventSource("v"), ["user_id"], [
         tt.Aggregation("x", "sum", windows=["1d"], buckets=["b"]),
         tt.Aggregation("x", "approx_percentile", percentiles=[0.5])])
     join = tt.Join("j", tt.EventSource("q"), [
         views, tt.JoinPart(views, prefix="host", key_mapping={"host_id": "user_id"})])
-    assert [name for name, _, _ in _specs(join)] == join.output_columns()
-    assert [op for _, _, op in _specs(join)] == ["sum", "approx_percentile"] * 2
-    parts = _approx_parts(join)
+    assert [name for name, _, _ in feature_ops(join)] == join.output_columns()
+    assert [op for _, _, op in feature_ops(join)] == ["sum", "approx_percentile"] * 2
+    parts = approx_parts(join)
     assert [part.left_keys for part in parts] == [("user_id",), ("host_id",)]
     assert [part.output_columns() for part in parts] == [
         ["views_x_approx_percentile"], ["host_views_x_approx_percentile"]]

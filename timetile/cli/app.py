@@ -2,7 +2,8 @@
 
 Each command lives in a module of its own and registers itself here: ``backfill``
 (:mod:`.backfill`), ``demo`` (:mod:`.demo`), ``upload``, ``serve`` and ``fetch``
-(:mod:`.online`), ``consistency`` (:mod:`.consistency`) and ``stream`` (:mod:`.stream`);
+(:mod:`.online`), ``consistency`` (:mod:`.consistency`), ``stream`` (:mod:`.stream`) and
+``verify`` (:mod:`.verify`);
 what they share (errors, definitions files, the Spark session) is in :mod:`.common`.
 
 Every command has ``--help`` with a worked example. User errors (a definition that cannot
@@ -24,7 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from timetile import __version__
-from timetile.cli import backfill, consistency, demo, online, stream
+from timetile.cli import backfill, consistency, demo, online, stream, verify
 
 app = typer.Typer(
     name="timetile",
@@ -57,7 +58,7 @@ def _main(
     """Point-in-time-correct windowed aggregations (ML features) on Apache Spark."""
 
 
-for _commands in (backfill, demo, online, consistency, stream):
+for _commands in (backfill, demo, online, consistency, stream, verify):
     _commands.register(app)
 
 

@@ -91,6 +91,10 @@ class BackfillJob:
             :mod:`timetile.offline.hot_keys`). Finding such keys costs one sampled pass
             over a part's events and left rows, run only when a key could hold more than
             this (as counted by bucket of key hashes).
+        landed_before: with ``partials_path``, the time (epoch milliseconds) before which
+            every event has landed: the days that end by it are stored, later ones only
+            computed. Default: the range's end (without one, the start of the latest
+            event's day). Give it when the range's last day is still landing.
 
     Raises:
         TypeError, ValueError: an argument that cannot work, named with its fix.
@@ -108,11 +112,16 @@ class BackfillJob:
         executor: str = DEFAULT_EXECUTOR,
         partials_path: str | os.PathLike[str] | None = None,
         max_key_events: int = DEFAULT_MAX_KEY_EVENTS,
+        landed_before: int | None = None,
     ) -> None:
         check_arguments(join, spark, executor=executor, strict=strict, executors=CHOOSABLE)
         if isinstance(max_key_events, bool) or not isinstance(max_key_events, int) \
                 or max_key_events < 1:
             raise ValueError(f"max_key_events is {max_key_events!r}: give a positive int")
+        if landed_before is not None and (isinstance(landed_before, bool)
+                                          or not isinstance(landed_before, int)):
+            raise ValueError(f"landed_before is {landed_before!r}: give epoch milliseconds "
+                             "(an int), or None for the range's end")
         if partials_path is not None:
             partials_path = partials_location(partials_path, join)
             stores = [name for name in CHOOSABLE if EXECUTORS[name].stores_partials]
@@ -130,6 +139,7 @@ class BackfillJob:
         self.range_ms = time_range(start, end)
         self.executor = executor
         self.max_key_events = max_key_events
+        self.landed_before = landed_before
         self.report = JobReport(job=join.name, path=executor)
         self.options = ExecutorOptions(partials_path=partials_path, notes=self.report.notes,
                                        gauges=self.report.gauges)
@@ -180,7 +190,8 @@ class BackfillJob:
         if planned.entity_left and self.range_ms is not None:  # a left row is its day's end
             self.range_ms = (shifted(self.range_ms[0]), shifted(self.range_ms[1]))
         self._planned = planned
-        self.options = replace(self.options, landed_before=self._events_before())
+        landed = self._events_before() if self.landed_before is None else self.landed_before
+        self.options = replace(self.options, landed_before=landed)
         with self.report.stage("count input"):
             self.report.sources.extend(count_sources(planned, self._bounded_keys(),
                                                      self._asked()))
@@ -404,13 +415,19 @@ def _output_columns(part: AnyPartPlan) -> list[str]:
     return [feature.name for feature in part.features]
 
 
-def _check_partials(plan: BackfillPlan) -> None:
-    """Refuse ``partials_path`` for a part whose partials cannot be stored, before any job."""
+def partials_refusal(plan: BackfillPlan) -> str | None:
+    """Say why ``partials_path`` cannot serve ``plan``'s Join (None when it can)."""
     problems = [problem for part in plan.parts if isinstance(part, PartPlan)
                 for problem in [partials_problem(part)] if problem is not None]
-    if problems:
+    return "; ".join(problems) if problems else None
+
+
+def _check_partials(plan: BackfillPlan) -> None:
+    """Refuse ``partials_path`` for a part whose partials cannot be stored, before any job."""
+    refusal = partials_refusal(plan)
+    if refusal is not None:
         raise ValueError(f"partials_path cannot serve Join {plan.join.name!r}: "
-                         f"{'; '.join(problems)}. Fix: backfill without partials_path, or "
+                         f"{refusal}. Fix: backfill without partials_path, or "
                          "give that GroupBy's windows a hop that divides a day, e.g. "
                          "tt.Window('7d', hop='1h'), and no 1 ms sliding window (the hop a "
                          "sliding window gets by default divides its length, not always a "

@@ -10,5 +10,40 @@ table and a self-contained HTML report. Modules: ``consistency`` (the Spark job)
 on the executors), ``values`` (one value against another), ``results`` (what the job
 reports) and ``report_html`` (the page and its SVG).
 
-The tiling-invariance and future-peeking checks arrive with the other verification issues.
+:func:`timetile.verify.invariance.verify` (``timetile verify``) is the
+tiling-invariance check (seed 001): it computes a Join's features under several cuts of time
+(one batch, day by day on stored hop partials, random cuts; :mod:`.tilings`) and compares
+them value by value with the same rules; ``tiling_report`` holds what it finds and its
+Markdown and HTML pages. The future-peeking check (``--leaks``, ``known_at``) and the
+streaming replay tiling are not built yet.
 """
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+__all__ = ["verify"]
+
+
+def verify(*args: Any, **kwargs: Any) -> Any:
+    """Run :func:`timetile.verify.invariance.verify`: ``tt.verify(join, spark, start, end)``."""
+    from timetile.verify.invariance import verify as check  # noqa: PLC0415  (loads Spark)
+
+    return check(*args, **kwargs)
+
+
+class _CallablePackage(types.ModuleType):
+    """The verify package, which ``tt.verify`` names, called as :func:`verify`.
+
+    ``timetile.verify`` is a package (DESIGN §3) and ``tt.verify(...)`` the check: Python
+    binds a package to its parent's attribute whenever it is imported, so the package itself
+    takes the call.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return verify(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

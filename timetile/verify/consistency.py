@@ -75,7 +75,8 @@ from timetile.verify.results import (
 )
 from timetile.verify.values import within_percentiles, within_unique_count
 
-__all__ = ["APPROX_CHECKS", "ConsistencyError", "consistency"]
+__all__ = ["APPROX_CHECKS", "ConsistencyError", "Stages", "approx_parts", "consistency",
+           "feature_ops"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _check_arguments(join: object, spark: object, logs_dir: object, output: obje
 # --- recomputing and comparing --------------------------------------------------------------
 
 
-def _specs(join: Join) -> list[tuple[str, str, str]]:
+def feature_ops(join: Join) -> list[tuple[str, str, str]]:
     """(feature, group_by, op) for every output column, in ``join.output_columns()`` order."""
     made: list[tuple[str, str, str]] = []
     for part in join.join_parts:
@@ -184,7 +185,7 @@ def _specs(join: Join) -> list[tuple[str, str, str]]:
     return made
 
 
-def _approx_parts(join: Join) -> list[JoinPart]:
+def approx_parts(join: Join) -> list[JoinPart]:
     """Return the parts with approximate aggregations, each with those only."""
     parts = []
     for part in join.join_parts:
@@ -200,12 +201,12 @@ def _compared(join: Join, spark: SparkSession, left: DataFrame
     """Backfill the left rows, add the oracle's truth for approximate ops, compare per row."""
     logged = Join(join.name, EventSource(left, time_column="request_time"), join.parts)
     offline = backfill(logged, spark)
-    named = _specs(join)
+    named = feature_ops(join)
     frame = offline.select(*LOG_COLUMNS, *(F.col(name).alias(f"_tt_f{index}")
                                            for index, (name, _, _) in enumerate(named)))
-    approx_parts = _approx_parts(join)
-    if approx_parts:
-        truth = percentile_rank_bounds(Join(join.name, logged.left, approx_parts), spark,
+    parts = approx_parts(join)
+    if parts:
+        truth = percentile_rank_bounds(Join(join.name, logged.left, parts), spark,
                                        KLL_RANK_ERROR)
         # a logged row is known by all of these: a request id may be reused (a ResponseLog
         # user's counter restarted), and rows equal in all of them have the same truth

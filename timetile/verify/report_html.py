@@ -17,7 +17,8 @@ from timetile.verify.results import BOUND, ConsistencyReport, FeatureConsistency
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 _MARGIN = 44
 
-_STYLE = """
+#: The pages' style sheet (the consistency and the tiling reports).
+PAGE_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; font-size: 13px; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }
@@ -177,7 +178,7 @@ def render_report(report: ConsistencyReport) -> str:
     title = f"Consistency of {report.join}"
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>"
         f"<p><b>{html.escape(report.summary())}</b></p>"
         f"<p>Logs: {html.escape(report.logs)}. Served values against tt.backfill at the "

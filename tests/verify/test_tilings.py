@@ -1,0 +1,86 @@
+"""The cuts of ``timetile verify``, and its options: checked without Spark (the guard in
+tests/conftest.py fails a test here that starts it)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from timetile.cli.app import app
+from timetile.cli.common import USAGE_ERROR
+from timetile.core.timeutil import DAY_MS
+from timetile.verify.tilings import MAX_RANDOM_CUTS, Tiling, parse_tilings, segments
+
+TILINGS = st.sampled_from([Tiling("one"), Tiling("daily"), Tiling("random", 1),
+                           Tiling("random", 3), Tiling("random", 50)])
+
+
+def test_names_read_in_order_any_case_and_spacing() -> None:
+    assert [t.name for t in parse_tilings(" One ,DAILY, random:12")] == [
+        "one", "daily", "random:12"]
+    assert parse_tilings(["daily", "one"]) == (Tiling("daily"), Tiling("one"))
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("one,weekly", "'weekly' is not a tiling"),
+    ("random", "'random' is not a tiling"),
+    ("random:0", "random:N with N from 1"),
+    (f"random:{MAX_RANDOM_CUTS + 1}", "random:N with N from 1"),
+    ("one,one", "names 'one' twice"),
+    ("", "'' is not a tiling"),
+    ([], "tilings is empty"),
+])
+def test_a_bad_tiling_is_named_with_the_fix(text: str | list[str], said: str) -> None:
+    with pytest.raises(ValueError, match="tilings") as caught:
+        parse_tilings(text)
+    assert said in str(caught.value)
+
+
+@given(TILINGS, st.integers(-10 * DAY_MS, 10 * DAY_MS), st.integers(1, 5 * DAY_MS),
+       st.integers(0, 2**32))
+def test_segments_cover_the_range_without_gaps_overlaps_or_empties(
+        tiling: Tiling, low: int, span: int, seed: int) -> None:
+    cut = segments(tiling, low, low + span, seed=seed)
+    assert cut[0][0] == low
+    assert cut[-1][1] == low + span
+    assert all(a < b for a, b in cut)
+    assert all(left[1] == right[0] for left, right in itertools.pairwise(cut))
+    if tiling.kind == "one":
+        assert len(cut) == 1
+    elif tiling.kind == "daily":
+        assert all(a % DAY_MS == 0 for a, _ in cut[1:])
+        assert len(cut) == (low + span - 1) // DAY_MS - low // DAY_MS + 1  # days touched
+    else:
+        assert len(cut) == min(tiling.cuts, span - 1) + 1
+    assert segments(tiling, low, low + span, seed=seed) == cut  # the seed fixes the cuts
+
+
+def test_daily_segments_are_the_days_of_the_range() -> None:
+    assert segments(Tiling("daily"), DAY_MS // 2, 3 * DAY_MS, seed=0) == [
+        (DAY_MS // 2, DAY_MS), (DAY_MS, 2 * DAY_MS), (2 * DAY_MS, 3 * DAY_MS)]
+
+
+DEFS = str(Path(__file__).resolve().parents[2] / "timetile" / "demo" / "checkout_model.py")
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (["--tilings", "one,weekly"], "--tilings: 'weekly' is not a tiling"),
+    (["--tilings", "random:0"], "random:N with N from 1"),
+    (["--start", "2024-02-03", "--end", "2024-02-01"], "--start 2024-02-03 is after --end"),
+    (["--start", "Feb 1"], "--start 'Feb 1' is not a date"),
+    (["--sample", "0"], "--sample"),
+])
+def test_the_command_refuses_bad_options_before_spark_starts(options: list[str],
+                                                             said: str) -> None:
+    given = dict(zip(options[::2], options[1::2], strict=True))
+    arguments = {"--start": "2024-02-01", "--end": "2024-02-29", **given}
+    result = CliRunner().invoke(app, ["verify", DEFS, *(item for pair in arguments.items()
+                                                        for item in pair)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == USAGE_ERROR, result.output
+    assert said in " ".join(result.output.split())

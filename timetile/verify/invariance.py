@@ -1,0 +1,463 @@
+"""``verify``: a Join's features under several cuts of time, compared value by value (seed 001).
+
+A computation is correct when its result does not depend on how its input is cut along
+time. :func:`verify` samples left rows of a range, then runs each tiling
+(:mod:`timetile.verify.tilings`): per segment ``[a, b)``, a backfill of the sampled left
+rows in it over the sources **as they stood at b** (events before ``b``; an entity's
+mutations before ``b`` and the snapshots of days that ended by ``b``), the incremental
+tilings on hop partials stored by the segments before (a store of their own, told that
+events landed before ``b`` only, so a cut day is never stored part-landed). Then it compares
+every feature of every sampled row, on the executors:
+
+- exact ops (and derivations) against the reference tiling, the first one named, with
+  :func:`~timetile.core.equality.same_value` (floats to 1e-9 relative, NaN equals NaN);
+- approximate ops in every tiling against the exact oracle's error bounds, as the
+  consistency check judges them (:data:`~timetile.verify.consistency.APPROX_CHECKS`).
+
+A row a tiling lost or repeated counts as a mismatch too. Only per-(feature, tiling) counts
+and the first mismatching rows come back to the driver, and the left rows' times (at most
+``sample`` numbers, to skip segments without a row).
+
+Cost: one sampling pass over the left source; per tiling, one backfill per segment that
+holds a sampled row (each plans and counts its input, so a backfill's fixed cost of a few
+seconds on local Spark multiplies by the days of a ``daily`` tiling); the oracle over the
+sampled rows when the Join has approximate ops; one comparison job. Work files (the sampled
+rows, each tiling's output, stored partials) live in ``work_dir``: a temporary local folder,
+removed at the end, unless given (on a cluster, give a folder every executor can reach).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from timetile.api.errors import expect_argument
+from timetile.api.join import Join
+from timetile.api.sources import EntitySource, EventSource
+from timetile.core.aggregators.sketches import KLL_RANK_ERROR
+from timetile.core.equality import same_value
+from timetile.core.locations import write_problem
+from timetile.core.timeutil import DAY_MS, ms_to_iso
+from timetile.offline.arguments import time_range
+from timetile.offline.backfill import BackfillJob, partials_refusal
+from timetile.offline.plan import plan_backfill
+from timetile.online.jsonable import dumps
+from timetile.spark.entities import day_end_ms, partition_day
+from timetile.spark.sources import TIME, check_session, load_events, read_table, time_millis
+from timetile.testing import percentile_rank_bounds
+from timetile.verify.consistency import APPROX_CHECKS, Stages, approx_parts, feature_ops
+from timetile.verify.results import BOUND, EXACT
+from timetile.verify.tiling_report import FeatureTiling, TilingMismatch, TilingRun, VerifyReport
+from timetile.verify.tilings import DEFAULT_TILINGS, Tiling, parse_tilings, segments
+from timetile.verify.values import offline_value
+
+__all__ = ["DEFAULT_SAMPLE", "EXAMPLES", "verify"]
+
+log = logging.getLogger(__name__)
+
+#: Left rows checked when ``sample`` is not given.
+DEFAULT_SAMPLE = 2_000
+#: Mismatching rows kept per (feature, tiling) for the report: the earliest ones.
+EXAMPLES = 5
+#: What the comparison writes per (sampled row, feature, tiling) it judges.
+_COMPARED = pa.schema([("feature", pa.string()), ("tiling", pa.string()),
+                       ("time", pa.int64()), ("match", pa.bool_()), ("left", pa.string()),
+                       ("reference", pa.string()), ("value", pa.string())])
+_COMPARED_SPARK = T.StructType([
+    T.StructField("feature", T.StringType()), T.StructField("tiling", T.StringType()),
+    T.StructField("time", T.LongType()), T.StructField("match", T.BooleanType()),
+    T.StructField("left", T.StringType()), T.StructField("reference", T.StringType()),
+    T.StructField("value", T.StringType())])
+_MISSING_ROW = "(row missing)"
+
+
+def verify(join: Join, spark: SparkSession, start: str, end: str, *,
+           tilings: str | Sequence[str] = DEFAULT_TILINGS, sample: int = DEFAULT_SAMPLE,
+           seed: int = 0, output: str | os.PathLike[str] | None = None,
+           work_dir: str | os.PathLike[str] | None = None,
+           progress: Stages | None = None) -> VerifyReport:
+    """Compute ``join``'s features under each tiling of ``[start, end]`` and compare them.
+
+    Args:
+        join: the definition; its left side must be an :class:`~timetile.EventSource`.
+        spark: the session.
+        start: first day of left rows checked, ``YYYY-MM-DD`` (UTC).
+        end: last day, inclusive.
+        tilings: ``"one,daily,random:3"`` or a list of such names; the first is the
+            reference of exact features.
+        sample: at most this many left rows of the range are checked, drawn by a hash of
+            their columns and ``seed`` (the same rows every time).
+        seed: seeds the sample and the random cuts.
+        output: a local folder (created) for ``report.md``, ``report.html`` and
+            ``mismatches.parquet`` (every mismatching row, feature and tiling).
+        work_dir: where the work files go (see the module); kept when given.
+        progress: shows each backfill as a stage (``timetile.cli.progress.JobProgress``).
+
+    Returns:
+        The :class:`~timetile.verify.tiling_report.VerifyReport`; ``report.passed`` says
+        whether every tiling agreed.
+
+    Raises:
+        TypeError, ValueError: an argument that cannot work, named with its fix, before any
+            Spark job.
+        DefinitionError: the definition cannot work against the sources.
+
+    """
+    chosen, (low, high) = _check_arguments(join, spark, start, end, tilings=tilings,
+                                           sample=sample, seed=seed, output=output,
+                                           work_dir=work_dir, progress=progress)
+    stage: Callable[[str], AbstractContextManager[Any]] = (
+        progress.stage if progress is not None else lambda _: nullcontext())
+    owned = work_dir is None
+    work = tempfile.mkdtemp(prefix="timetile-verify-") if work_dir is None \
+        else os.fspath(work_dir)
+    if output is not None:
+        Path(output).mkdir(parents=True, exist_ok=True)
+    try:
+        with stage("plan"):
+            plan = plan_backfill(join, spark)  # the definition against the real sources
+            refusal = partials_refusal(plan)
+        with stage("sample left rows"):
+            sampled = _sample(join, spark, low=low, high=high, sample=sample, seed=seed,
+                              path=f"{work}/left")
+        runs = [_run(join, spark, tiling, sampled, bounds=(low, high), seed=seed,
+                     refusal=refusal, path=f"{work}/tiling{index}", stage=stage)
+                for index, tiling in enumerate(chosen)]
+        with stage("compare"):
+            features, examples = _compare(join, spark, sampled, chosen, work=work,
+                                          output=output)
+        report = VerifyReport(join.name, start, end, chosen[0].name, len(sampled.times),
+                              runs, features, examples,
+                              None if output is None else os.fspath(output))
+        if output is not None:
+            folder = Path(output)
+            (folder / "report.md").write_text(report.markdown(), encoding="utf-8")
+            (folder / "report.html").write_text(report.html(), encoding="utf-8")
+        return report
+    finally:
+        if owned:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _check_arguments(join: Join, spark: SparkSession, start: str, end: str, *,
+                     tilings: str | Sequence[str], sample: int, seed: int,
+                     output: str | os.PathLike[str] | None,
+                     work_dir: str | os.PathLike[str] | None, progress: Stages | None
+                     ) -> tuple[tuple[Tiling, ...], tuple[int, int]]:
+    """Refuse arguments that cannot work, each named with its fix, before any job."""
+    expect_argument("join", join, Join, "a tt.Join",
+                    "verify a Join: tt.Join(name, left=tt.EventSource(...), parts=[...])")
+    check_session(spark)
+    if not isinstance(join.left, EventSource):
+        raise ValueError(f"Join {join.name!r}: verify needs left rows with their own times: "
+                         "give the Join a left tt.EventSource (an entity's snapshot rows "
+                         "are not verified yet)")
+    for name, day in (("start", start), ("end", end)):
+        expect_argument(name, day, str, "a day", "write it as YYYY-MM-DD, e.g. 2024-02-01")
+    bounds = time_range(start, end)
+    assert bounds is not None
+    low, high = bounds
+    assert low is not None
+    assert high is not None
+    expect_argument("tilings", tilings, (str, list, tuple), "tiling names",
+                    f"give them comma-separated, e.g. {DEFAULT_TILINGS!r}")
+    chosen = parse_tilings(tilings)
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
+        raise ValueError(f"sample is {sample!r}: give how many left rows to check, a "
+                         "positive int")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed is {seed!r}: give an int")
+    folder = "give a str or a pathlib.Path"
+    expect_argument("output", output, (str, os.PathLike, type(None)), "a folder or None",
+                    folder)
+    expect_argument("work_dir", work_dir, (str, os.PathLike, type(None)), "a folder or None",
+                    folder)
+    for name, path in (("output", output), ("work_dir", work_dir)):
+        if isinstance(path, (str, os.PathLike)):
+            text = os.fspath(path)
+            problem = write_problem(str(text))
+            if problem is not None:
+                raise ValueError(f"{name} {text!s} {problem}")
+    expect_argument("progress", progress, (Stages, type(None)),
+                    "an object with a stage(name) context, or None",
+                    "pass timetile.cli.progress.JobProgress(...) or leave it out")
+    return chosen, (low, high)
+
+
+# --- the sampled left rows ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Sampled:
+    """The sampled left rows, written once so that every tiling reads the same ones.
+
+    Attributes:
+        path: their Parquet folder (the left source's columns, projected, and ``row``).
+        row: the column numbering them 0, 1, …: a name the left source does not use.
+        columns: the left source's columns, projected.
+        time_column: the left source's time column.
+        times: their times, epoch milliseconds, ascending.
+
+    """
+
+    path: str
+    row: str
+    columns: tuple[str, ...]
+    time_column: str
+    times: tuple[int, ...]
+
+    def read(self, spark: SparkSession) -> DataFrame:
+        return spark.read.parquet(self.path)
+
+    def millis(self, frame: DataFrame) -> Any:
+        """Return the rows' time as epoch milliseconds, a Column of ``frame``."""
+        return time_millis(self.time_column, frame.schema[self.time_column].dataType)
+
+
+def _sample(join: Join, spark: SparkSession, *, low: int, high: int, sample: int, seed: int,
+            path: str) -> _Sampled:
+    """Draw at most ``sample`` left rows of ``[low, high)``, number them, write them.
+
+    The rows with the lowest hash of (their columns as JSON, seed): a top-``sample`` per
+    partition, then one small sort. One job writes them, one reads back their times.
+    """
+    left = join.left
+    assert isinstance(left, EventSource)
+    frame = load_events(spark, left, "left")
+    columns = tuple(column for column in frame.columns if column != TIME)
+    row = "verify_row"
+    while row in columns:
+        row = f"{row}_"
+    rank = F.xxhash64(F.to_json(F.struct(*columns)), F.lit(seed))
+    drawn = (frame.where((F.col(TIME) >= low) & (F.col(TIME) < high))
+             .withColumn(row, rank).orderBy(row, TIME).limit(sample))
+    numbered = drawn.withColumn(row, F.row_number().over(Window.orderBy(row, TIME)) - 1)
+    numbered.select(row, *columns).write.mode("overwrite").parquet(path)
+    sampled = _Sampled(path, row, columns, left.time_column, ())
+    written = sampled.read(spark)
+    times = sorted(value[0] for value in written.select(sampled.millis(written)).collect())
+    return replace(sampled, times=tuple(times))
+
+
+# --- one tiling ----------------------------------------------------------------------------
+
+
+def _run(join: Join, spark: SparkSession, tiling: Tiling, sampled: _Sampled, *,
+         bounds: tuple[int, int], seed: int, refusal: str | None, path: str,
+         stage: Callable[[str], AbstractContextManager[Any]]) -> TilingRun:
+    """Backfill each segment of ``tiling`` that holds a sampled row; write to ``path``."""
+    cut = segments(tiling, *bounds, seed=seed)
+    held = [(a, b) for a, b in cut
+            if bisect_left(sampled.times, b) > bisect_left(sampled.times, a)]
+    stored = tiling.incremental and refusal is None
+    partials = f"{path}-partials" if stored else None
+    began = time.perf_counter()
+    rows = sampled.read(spark)
+    for index, (a, b) in enumerate(held):
+        with stage(f"{tiling.name}: backfill {index + 1}/{len(held)}, "
+                   f"{_label(a)} to {_label(b)}"), _quiet_partial_identity():
+            left = rows.where((sampled.millis(rows) >= a) & (sampled.millis(rows) < b))
+            segment = _as_of(join, spark, b, EventSource(left, sampled.time_column))
+            job = BackfillJob(segment, spark, _day(a), _day(b - 1), partials_path=partials,
+                              landed_before=b if stored else None)
+            job.plan().dataframe().write.mode("append").parquet(path)
+            job.release()
+    seconds = time.perf_counter() - began
+    written = spark.read.parquet(path).count() if held else 0
+    how = ("no: one batch" if not tiling.incremental
+           else "yes" if stored else f"no: {refusal}")
+    return TilingRun(tiling.name, len(cut), len(held), written, seconds, how)
+
+
+def _label(millis: int) -> str:
+    text = ms_to_iso(millis)
+    return text[:10] if millis % DAY_MS == 0 else text
+
+
+def _day(millis: int) -> str:
+    """Return the ``YYYY-MM-DD`` of a time's UTC day."""
+    return ms_to_iso(millis - millis % DAY_MS)[:10]
+
+
+def _as_of(join: Join, spark: SparkSession, before: int, left: EventSource) -> Join:
+    """``join`` over ``left`` and its sources as they stood at ``before``.
+
+    Events before it; an entity's mutations before it and its snapshots of days that ended
+    by it. A source shared by several parts is cut once.
+    """
+    cut: dict[int, EventSource | EntitySource] = {}
+    parts = []
+    for index, part in enumerate(join.join_parts):
+        source = part.group_by.source
+        if id(source) not in cut:
+            cut[id(source)] = _source_as_of(spark, source, before, f"parts[{index}].source")
+        parts.append(replace(part, group_by=replace(part.group_by, source=cut[id(source)])))
+    return replace(join, left=left, parts=parts)
+
+
+def _source_as_of(spark: SparkSession, source: EventSource | EntitySource, before: int,
+                  field: str) -> EventSource | EntitySource:
+    if isinstance(source, EventSource):
+        frame = load_events(spark, source, field)  # projected: the time column is its own
+        return EventSource(frame.where(F.col(TIME) < before).drop(TIME), source.time_column,
+                           period=source.period)
+    snapshots = read_table(spark, source.snapshot_table)
+    day = partition_day(source.partition_column,
+                        snapshots.schema[source.partition_column].dataType)
+    kept = snapshots.where(day_end_ms(day) <= before)
+    if source.mutation_table is None:
+        return replace(source, snapshot_table=kept)
+    mutations = read_table(spark, source.mutation_table)
+    happened = time_millis(source.mutation_time_column,
+                           mutations.schema[source.mutation_time_column].dataType)
+    return replace(source, snapshot_table=kept, mutation_table=mutations.where(happened < before))
+
+
+class _IdentityNote(logging.Filter):
+    """Drop the tiled executor's note that partials of a DataFrame are known by name only.
+
+    True, and meant, for a verify's own store of its cut sources.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "stored partials are known by" not in record.getMessage()
+
+
+class _quiet_partial_identity:  # noqa: N801  (a context manager, used as one)
+    _filter = _IdentityNote()
+
+    def __enter__(self) -> None:
+        logging.getLogger("timetile.offline.executors.tiled").addFilter(self._filter)
+
+    def __exit__(self, *_: object) -> None:
+        logging.getLogger("timetile.offline.executors.tiled").removeFilter(self._filter)
+
+
+# --- the comparison ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Feature:
+    """One compared output column: its op, Spark type and, for an approximate op, truth's."""
+
+    name: str
+    op: str
+    data_type: T.DataType
+    bound_type: T.DataType | None
+
+
+def _compare(join: Join, spark: SparkSession, sampled: _Sampled, tilings: Sequence[Tiling], *,
+             work: str, output: str | os.PathLike[str] | None
+             ) -> tuple[list[FeatureTiling], list[TilingMismatch]]:
+    """Join every tiling's output on the row number, judge each value, count per feature."""
+    rows = sampled.read(spark)
+    frame = rows.select(sampled.row, sampled.millis(rows).alias("time"),
+                        F.to_json(F.struct(*sampled.columns)).alias("left"))
+    outputs = [spark.read.parquet(f"{work}/tiling{index}") for index in range(len(tilings))]
+    ops = {name: op for name, _, op in feature_ops(join)}
+    names = [column for column in outputs[0].columns
+             if column not in (sampled.row, *sampled.columns)]
+    truth = _truth(join, spark, sampled, {name: feature for feature, name in enumerate(names)
+                                          if ops.get(name) in APPROX_CHECKS})
+    for index, out in enumerate(outputs):
+        frame = frame.join(out.select(
+            sampled.row, F.lit(True).alias(f"p{index}"),
+            *(F.col(name).alias(f"t{index}_{feature}") for feature, name in enumerate(names))),
+            sampled.row, "left")
+    if truth is not None:
+        frame = frame.join(truth, sampled.row, "left")
+    schema = frame.schema
+    features = [_Feature(name, ops.get(name, "derived"), outputs[0].schema[name].dataType,
+                         schema[f"b{feature}"].dataType if f"b{feature}" in schema.names
+                         else None) for feature, name in enumerate(names)]
+    compared = frame.mapInArrow(_Judge(features, [t.name for t in tilings]),
+                                _COMPARED_SPARK).persist()
+    try:
+        counts = {(row["feature"], row["tiling"]): (row["n"], row["bad"]) for row in
+                  compared.groupBy("feature", "tiling").agg(
+                      F.count(F.lit(1)).alias("n"),
+                      F.count_if(~F.col("match")).alias("bad")).collect()}
+        bad = compared.where(~F.col("match"))
+        first = F.row_number().over(Window.partitionBy("feature", "tiling").orderBy("time"))
+        examples = [TilingMismatch(row["feature"], row["tiling"], row["time"], row["left"],
+                                   row["reference"], row["value"])
+                    for row in bad.withColumn("n", first).where(F.col("n") <= EXAMPLES)
+                    .orderBy("feature", "tiling", "time").collect()]
+        if output is not None:
+            bad.write.mode("overwrite").parquet(str(Path(output).resolve() / "mismatches.parquet"))
+    finally:
+        compared.unpersist()
+    table = [FeatureTiling(feature.name, feature.op,
+                           BOUND if feature.bound_type is not None else EXACT, tiling.name,
+                           *counts.get((feature.name, tiling.name), (0, 0)))
+             for feature in features for tiling in tilings]
+    return table, examples
+
+
+def _truth(join: Join, spark: SparkSession, sampled: _Sampled, names: dict[str, int]
+           ) -> DataFrame | None:
+    """Return the oracle's truth of the approximate features, ``b{index}`` by output index."""
+    parts = approx_parts(join)
+    if not names or not parts:
+        return None
+    left = EventSource(sampled.read(spark), sampled.time_column)
+    truth = percentile_rank_bounds(Join(join.name, left, parts), spark, KLL_RANK_ERROR)
+    return truth.select(sampled.row, *(F.col(name).alias(f"b{index}")
+                                       for name, index in names.items()))
+
+
+class _Judge:
+    """The Arrow function of ``mapInArrow``: per sampled row, each feature in each tiling.
+
+    Picklable (names, Spark types, module-level functions), so it travels to the executors.
+    O(features × tilings) per row.
+    """
+
+    def __init__(self, features: Sequence[_Feature], tilings: Sequence[str]) -> None:
+        self.features = list(features)
+        self.tilings = list(tilings)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield self.judge(batch)
+
+    def judge(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+        out: dict[str, list[Any]] = {name: [] for name in _COMPARED.names}
+        for row in range(batch.num_rows):
+            for index, feature in enumerate(self.features):
+                bound = feature.bound_type is not None
+                truth = (offline_value(columns[f"b{index}"][row], feature.bound_type)
+                         if feature.bound_type is not None else None)
+                reference = offline_value(columns[f"t0_{index}"][row], feature.data_type)
+                for tiling, name in enumerate(self.tilings):
+                    if tiling == 0 and not bound:
+                        continue  # the reference of an exact feature
+                    present = columns[f"p{tiling}"][row] is not None
+                    value = offline_value(columns[f"t{tiling}_{index}"][row], feature.data_type)
+                    match = present and (APPROX_CHECKS[feature.op](value, truth) if bound
+                                         else same_value(value, reference))
+                    out["feature"].append(feature.name)
+                    out["tiling"].append(name)
+                    out["time"].append(columns["time"][row])
+                    out["match"].append(match)
+                    out["left"].append(None if match else columns["left"][row])
+                    out["reference"].append(None if match else dumps(truth if bound
+                                                                     else reference))
+                    out["value"].append(None if match else dumps(value) if present
+                                        else _MISSING_ROW)
+        return pa.RecordBatch.from_pydict(out, schema=_COMPARED)

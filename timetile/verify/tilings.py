@@ -1,0 +1,120 @@
+"""Cuts of time for ``timetile verify``: which runs a tiling makes (seed 001). No Spark here.
+
+A tiling cuts the checked range ``[low, high)`` into consecutive segments. Each segment is
+one backfill: of the left rows in it, over the sources as they stood at its end (rows before
+it), reusing the stored hop partials of the segments before it. A correct computation gives
+every left row the same features under every tiling.
+
+- ``one``: one segment, the whole range: a single batch backfill.
+- ``daily``: one segment per UTC day (the incremental path a scheduled job takes).
+- ``random:N``: ``N`` cuts at random milliseconds of the range (so ``N + 1`` segments),
+  drawn from a seed: cuts fall inside days, hops and windows, where an off-by-one hides.
+
+>>> [t.name for t in parse_tilings("one, daily,random:3")]
+['one', 'daily', 'random:3']
+>>> segments(parse_tilings("daily")[0], 0, 2 * DAY_MS, seed=0)
+[(0, 86400000), (86400000, 172800000)]
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from timetile.core.timeutil import DAY_MS
+
+__all__ = ["DEFAULT_TILINGS", "KINDS", "Tiling", "parse_tilings", "segments"]
+
+#: The tilings ``verify`` runs when none are named.
+DEFAULT_TILINGS = "one,daily,random:3"
+#: Each kind of tiling and what it means, for ``--help`` and errors.
+KINDS = {
+    "one": "one batch backfill of the whole range",
+    "daily": "day by day, each day reusing the stored hop partials of the days before",
+    "random:N": "N cuts at random milliseconds, each segment reusing the partials before it",
+}
+_RANDOM = re.compile(r"random:(\d+)")
+#: The most random cuts one tiling may make (each is a backfill).
+MAX_RANDOM_CUTS = 1_000
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """One way to cut the range: ``kind`` is ``one``, ``daily`` or ``random``.
+
+    Attributes:
+        kind: the tiling's kind.
+        cuts: for ``random``, how many cuts; else 0.
+
+    """
+
+    kind: str
+    cuts: int = 0
+
+    @property
+    def name(self) -> str:
+        """The tiling as written: ``one``, ``daily``, ``random:3``."""
+        return f"random:{self.cuts}" if self.kind == "random" else self.kind
+
+    @property
+    def incremental(self) -> bool:
+        """Whether its segments run one after another on stored partials."""
+        return self.kind != "one"
+
+
+def parse_tilings(text: str | Sequence[str]) -> tuple[Tiling, ...]:
+    """Read tilings from ``"one,daily,random:3"`` or a list of names; order kept.
+
+    Raises:
+        ValueError: an unknown or repeated tiling, or none, naming ``tilings`` and the fix.
+
+    """
+    names = text.split(",") if isinstance(text, str) else list(text)
+    fix = f"name tilings from {', '.join(KINDS)}, comma-separated, e.g. {DEFAULT_TILINGS!r}"
+    made: list[Tiling] = []
+    for raw in names:
+        if not isinstance(raw, str):
+            raise ValueError(f"tilings holds {raw!r}, not a name: {fix}")
+        name = raw.strip().lower()
+        found = _RANDOM.fullmatch(name)
+        if name in ("one", "daily"):
+            tiling = Tiling(name)
+        elif found and 1 <= int(found.group(1)) <= MAX_RANDOM_CUTS:
+            tiling = Tiling("random", int(found.group(1)))
+        elif found:
+            raise ValueError(f"tilings: {raw.strip()!r} asks for {found.group(1)} cuts: give "
+                             f"random:N with N from 1 to {MAX_RANDOM_CUTS:,}")
+        else:
+            raise ValueError(f"tilings: {raw.strip()!r} is not a tiling: {fix}")
+        if tiling in made:
+            raise ValueError(f"tilings names {tiling.name!r} twice: name each once")
+        made.append(tiling)
+    if not made:
+        raise ValueError(f"tilings is empty: {fix}")
+    return tuple(made)
+
+
+def segments(tiling: Tiling, low: int, high: int, *, seed: int) -> list[tuple[int, int]]:
+    """Return the ``[start, end)`` segments that cut ``[low, high)``, in time order.
+
+    They cover the range exactly, without gaps or overlaps; none is empty. ``daily`` cuts at
+    UTC midnights (a range that starts or ends inside a day keeps that part day); ``random:N``
+    at ``min(N, high - low - 1)`` distinct milliseconds drawn from ``random.Random(seed)``.
+    O(segments).
+    """
+    if high <= low:
+        raise ValueError(f"the range [{low}, {high}) is empty")
+    if tiling.kind == "one":
+        cuts: list[int] = []
+    elif tiling.kind == "daily":
+        first = (low // DAY_MS + 1) * DAY_MS
+        cuts = list(range(first, high, DAY_MS))
+    else:
+        inside = high - low - 1  # the milliseconds a cut may fall on: low + 1 … high - 1
+        cuts = sorted(low + 1 + offset for offset in
+                      random.Random(seed).sample(range(inside), min(tiling.cuts, inside)))
+    bounds = [low, *cuts, high]
+    return list(itertools.pairwise(bounds))
