@@ -54,7 +54,7 @@ from timetile.core.locations import write_problem
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.offline.arguments import time_range
 from timetile.offline.backfill import BackfillJob, partials_refusal
-from timetile.offline.plan import plan_backfill
+from timetile.offline.plan import PartPlan, plan_backfill
 from timetile.online.jsonable import dumps
 from timetile.spark.entities import day_end_ms, partition_day
 from timetile.spark.sources import TIME, check_session, load_events, read_table, time_millis
@@ -130,7 +130,9 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
     try:
         with stage("plan"):
             plan = plan_backfill(join, spark)  # the definition against the real sources
-            refusal = partials_refusal(plan)
+            refusal = (partials_refusal(plan)
+                       if any(isinstance(part, PartPlan) for part in plan.parts)
+                       else "no part over events (an entity part stores none)")
         with stage("sample left rows"):
             sampled = _sample(join, spark, low=low, high=high, sample=sample, seed=seed,
                               path=f"{work}/left")
