@@ -149,6 +149,8 @@ def test_bad_arguments_are_named_before_any_job(spark: Any, join: tt.Join) -> No
         arguments = {"start": START, "end": END, **change}
         with pytest.raises(ValueError, match=re.escape(said)):
             tt.verify(join, spark, **arguments)
+    with pytest.raises(ValueError, match="has no row with a time from 2030-01-01 to 2030-01-02"):
+        tt.verify(join, spark, "2030-01-01", "2030-01-02")  # one small job: the sample
     snapshots = join.join_parts[1].group_by.source
     with pytest.raises(ValueError, match=r"give the Join a left tt\.EventSource"):
         tt.verify(tt.Join("entity_left", snapshots, [join.join_parts[1]]), spark, START, END)

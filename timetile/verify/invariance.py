@@ -22,8 +22,9 @@ Cost: one sampling pass over the left source; per tiling, one backfill per segme
 holds a sampled row (each plans and counts its input, so a backfill's fixed cost of a few
 seconds on local Spark multiplies by the days of a ``daily`` tiling); the oracle over the
 sampled rows when the Join has approximate ops; one comparison job. Work files (the sampled
-rows, each tiling's output, stored partials) live in ``work_dir``: a temporary local folder,
-removed at the end, unless given (on a cluster, give a folder every executor can reach).
+rows, each tiling's output, stored partials) live in a temporary local folder, removed at the
+end, or in a new ``run-…`` folder of ``work_dir`` when given, kept (on a cluster, give a
+folder every executor can reach).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -123,8 +125,9 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
     stage: Callable[[str], AbstractContextManager[Any]] = (
         progress.stage if progress is not None else lambda _: nullcontext())
     owned = work_dir is None
+    # a folder of this run's own, so that nothing an earlier run left in work_dir is read
     work = tempfile.mkdtemp(prefix="timetile-verify-") if work_dir is None \
-        else os.fspath(work_dir)
+        else f"{os.fspath(work_dir).rstrip('/')}/run-{uuid.uuid4().hex[:12]}"
     if output is not None:
         Path(output).mkdir(parents=True, exist_ok=True)
     try:
@@ -136,6 +139,10 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
         with stage("sample left rows"):
             sampled = _sample(join, spark, low=low, high=high, sample=sample, seed=seed,
                               path=f"{work}/left")
+        if not sampled.times:
+            raise ValueError(f"Join {join.name!r}: its left source has no row with a time "
+                             f"from {start} to {end}, so nothing can be verified: give a "
+                             "range that holds left rows")
         runs = [_run(join, spark, tiling, sampled, bounds=(low, high), seed=seed,
                      refusal=refusal, path=f"{work}/tiling{index}", stage=stage)
                 for index, tiling in enumerate(chosen)]
