@@ -32,6 +32,8 @@ def test_names_read_in_order_any_case_and_spacing() -> None:
     ("random:0", "random:N with N from 1"),
     (f"random:{MAX_RANDOM_CUTS + 1}", "random:N with N from 1"),
     ("one,one", "names 'one' twice"),
+    ("one", "names only 'one', which has nothing to be compared with"),
+    ("daily", "e.g. 'one,daily'"),
     ("", "'' is not a tiling"),
     ([], "tilings is empty"),
 ])
@@ -84,3 +86,46 @@ def test_the_command_refuses_bad_options_before_spark_starts(options: list[str],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == USAGE_ERROR, result.output
     assert said in " ".join(result.output.split())
+
+
+def test_a_row_the_reference_lost_is_its_mismatch_and_compared_nowhere_else() -> None:
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from timetile.verify.invariance import _Feature, _Judge
+
+    batch = pa.RecordBatch.from_pydict({
+        "time": [1, 2, 3], "left": ['{"k":1}', '{"k":2}', '{"k":3}'],
+        "p0": [None, True, True], "t0_0": [None, 5.0, 7.0],
+        "p1": [True, True, None], "t1_0": [4.0, 5.5, None]})
+    judged = _Judge([_Feature("f", "sum", T.DoubleType(), None)], ["one", "daily"]).judge(batch)
+    assert judged.to_pylist() == [
+        {"feature": "f", "tiling": "one", "time": 1, "match": False, "left": '{"k":1}',
+         "reference": "(row missing)", "value": "(row missing)"},
+        {"feature": "f", "tiling": "daily", "time": 2, "match": False, "left": '{"k":2}',
+         "reference": "5.0", "value": "5.5"},
+        {"feature": "f", "tiling": "daily", "time": 3, "match": False, "left": '{"k":3}',
+         "reference": "7.0", "value": "(row missing)"}]
+
+
+def test_a_derivation_of_an_approximate_feature_is_left_out_by_name() -> None:
+    import timetile as tt
+    from timetile.verify.invariance import _uncomparable
+
+    spend = tt.GroupBy("spend", tt.EventSource("events"), ["user_id"], [
+        tt.Aggregation("amount", "approx_percentile", percentiles=[0.5]),
+        tt.Aggregation("amount", "sum")])
+    join = tt.Join("model", tt.EventSource("queries"), [spend], derivations={
+        "*": "*", "median_share": "SPEND_amount_approx_percentile[0] / spend_amount_sum",
+        "double_sum": "2 * spend_amount_sum"})
+    assert _uncomparable(join) == ["median_share"]
+
+
+def test_a_summary_says_rows_were_lost_without_counting_features() -> None:
+    from timetile.verify.tiling_report import TilingRun, VerifyReport
+
+    runs = [TilingRun("one", 1, 1, 10, 1.0, "no: one batch"),
+            TilingRun("daily", 2, 2, 9, 1.0, "yes")]
+    report = VerifyReport("model", "2024-01-01", "2024-01-02", "one", 10, runs, [])
+    assert not report.passed
+    assert report.summary().startswith("MISMATCH: rows lost or repeated (daily gave 9 rows)")

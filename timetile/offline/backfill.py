@@ -93,7 +93,8 @@ class BackfillJob:
             this (as counted by bucket of key hashes).
         landed_before: with ``partials_path``, the time (epoch milliseconds) before which
             every event has landed: the days that end by it are stored, later ones only
-            computed. Default: the range's end (without one, the start of the latest
+            computed. Default: the range's end (a day earlier for an entity left side,
+            whose rows ask at their day's end; without a range, the start of the latest
             event's day). Give it when the range's last day is still landing.
 
     Raises:

@@ -14,9 +14,10 @@ every feature of every sampled row, on the executors:
 - approximate ops in every tiling against the exact oracle's error bounds, as the
   consistency check judges them (:data:`~timetile.verify.consistency.APPROX_CHECKS`).
 
-A row a tiling lost or repeated counts as a mismatch too. Only per-(feature, tiling) counts
-and the first mismatching rows come back to the driver, and the left rows' times (at most
-``sample`` numbers, to skip segments without a row).
+A row a tiling lost or repeated counts as a mismatch too. A derived column that reads an
+approximate feature has no bound to be judged by: it is left out, and the report names it.
+Only per-(feature, tiling) counts and the first mismatching rows come back to the driver,
+and the left rows' times (at most ``sample`` numbers, to skip segments without a row).
 
 Cost: one sampling pass over the left source; per tiling, one backfill per segment that
 holds a sampled row (each plans and counts its input, so a backfill's fixed cost of a few
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -85,6 +87,7 @@ _COMPARED_SPARK = T.StructType([
     T.StructField("left", T.StringType()), T.StructField("reference", T.StringType()),
     T.StructField("value", T.StringType())])
 _MISSING_ROW = "(row missing)"
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def verify(join: Join, spark: SparkSession, start: str, end: str, *,
@@ -115,7 +118,7 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
 
     Raises:
         TypeError, ValueError: an argument that cannot work, named with its fix, before any
-            Spark job.
+            Spark job; or, after the sampling job, a range without a left row.
         DefinitionError: the definition cannot work against the sources.
 
     """
@@ -147,11 +150,11 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
                      refusal=refusal, path=f"{work}/tiling{index}", stage=stage)
                 for index, tiling in enumerate(chosen)]
         with stage("compare"):
-            features, examples = _compare(join, spark, sampled, chosen, work=work,
-                                          output=output)
+            features, examples, skipped = _compare(join, spark, sampled, chosen, work=work,
+                                                   output=output)
         report = VerifyReport(join.name, start, end, chosen[0].name, len(sampled.times),
                               runs, features, examples,
-                              None if output is None else os.fspath(output))
+                              None if output is None else os.fspath(output), skipped)
         if output is not None:
             folder = Path(output)
             (folder / "report.md").write_text(report.markdown(), encoding="utf-8")
@@ -371,15 +374,20 @@ class _Feature:
 
 def _compare(join: Join, spark: SparkSession, sampled: _Sampled, tilings: Sequence[Tiling], *,
              work: str, output: str | os.PathLike[str] | None
-             ) -> tuple[list[FeatureTiling], list[TilingMismatch]]:
-    """Join every tiling's output on the row number, judge each value, count per feature."""
+             ) -> tuple[list[FeatureTiling], list[TilingMismatch], list[str]]:
+    """Join every tiling's output on the row number, judge each value, count per feature.
+
+    Returns the per-(feature, tiling) counts, the first mismatching rows, and the derived
+    columns left out (:func:`_uncomparable`).
+    """
     rows = sampled.read(spark)
     frame = rows.select(sampled.row, sampled.millis(rows).alias("time"),
                         F.to_json(F.struct(*sampled.columns)).alias("left"))
     outputs = [spark.read.parquet(f"{work}/tiling{index}") for index in range(len(tilings))]
     ops = {name: op for name, _, op in feature_ops(join)}
+    skipped = _uncomparable(join)
     names = [column for column in outputs[0].columns
-             if column not in (sampled.row, *sampled.columns)]
+             if column not in (sampled.row, *sampled.columns, *skipped)]
     truth = _truth(join, spark, sampled, {name: feature for feature, name in enumerate(names)
                                           if ops.get(name) in APPROX_CHECKS})
     for index, out in enumerate(outputs):
@@ -414,7 +422,19 @@ def _compare(join: Join, spark: SparkSession, sampled: _Sampled, tilings: Sequen
                            BOUND if feature.bound_type is not None else EXACT, tiling.name,
                            *counts.get((feature.name, tiling.name), (0, 0)))
              for feature in features for tiling in tilings]
-    return table, examples
+    return table, examples, skipped
+
+
+def _uncomparable(join: Join) -> list[str]:
+    """Return the derived columns whose expression reads an approximate feature.
+
+    A sketch may answer differently under another cut (KLL compacts at random) while each
+    answer lies within its bound, and a derivation of it has no bound: such columns are
+    left out of the comparison, and the report names them.
+    """
+    approx = {name.casefold() for name, _, op in feature_ops(join) if op in APPROX_CHECKS}
+    return [name for name, expression in join.derivation_items
+            if approx & {word.casefold() for word in _WORD.findall(expression)}]
 
 
 def _truth(join: Join, spark: SparkSession, sampled: _Sampled, names: dict[str, int]
@@ -445,13 +465,33 @@ class _Judge:
             yield self.judge(batch)
 
     def judge(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Return the judged (row, feature, tiling) triples of one batch of joined rows.
+
+        A row the reference tiling lost is that tiling's mismatch, per exact feature, and
+        those features of the row are compared in no other tiling.
+        """
         columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
         out: dict[str, list[Any]] = {name: [] for name in _COMPARED.names}
+
+        def judged(feature: str, tiling: str, row: int, *, match: bool,
+                   reference: str | None = None, value: str | None = None) -> None:
+            out["feature"].append(feature)
+            out["tiling"].append(tiling)
+            out["time"].append(columns["time"][row])
+            out["match"].append(match)
+            out["left"].append(None if match else columns["left"][row])
+            out["reference"].append(None if match else reference)
+            out["value"].append(None if match else value)
+
         for row in range(batch.num_rows):
             for index, feature in enumerate(self.features):
                 bound = feature.bound_type is not None
                 truth = (offline_value(columns[f"b{index}"][row], feature.bound_type)
                          if feature.bound_type is not None else None)
+                if not bound and columns["p0"][row] is None:
+                    judged(feature.name, self.tilings[0], row, match=False,
+                           reference=_MISSING_ROW, value=_MISSING_ROW)
+                    continue
                 reference = offline_value(columns[f"t0_{index}"][row], feature.data_type)
                 for tiling, name in enumerate(self.tilings):
                     if tiling == 0 and not bound:
@@ -460,13 +500,10 @@ class _Judge:
                     value = offline_value(columns[f"t{tiling}_{index}"][row], feature.data_type)
                     match = present and (APPROX_CHECKS[feature.op](value, truth) if bound
                                          else same_value(value, reference))
-                    out["feature"].append(feature.name)
-                    out["tiling"].append(name)
-                    out["time"].append(columns["time"][row])
-                    out["match"].append(match)
-                    out["left"].append(None if match else columns["left"][row])
-                    out["reference"].append(None if match else dumps(truth if bound
-                                                                     else reference))
-                    out["value"].append(None if match else dumps(value) if present
-                                        else _MISSING_ROW)
+                    if match:
+                        judged(feature.name, name, row, match=True)
+                    else:
+                        judged(feature.name, name, row, match=False,
+                               reference=dumps(truth if bound else reference),
+                               value=dumps(value) if present else _MISSING_ROW)
         return pa.RecordBatch.from_pydict(out, schema=_COMPARED)

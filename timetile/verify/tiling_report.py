@@ -96,6 +96,8 @@ class VerifyReport:
         features: per (feature, tiling), in output-column order then tiling order.
         examples: up to ``EXAMPLES`` of the earliest mismatching rows per (feature, tiling).
         output: where the report was written, or None.
+        skipped: derived columns not compared: they read an approximate feature, which may
+            answer differently under another cut within its bound.
 
     """
 
@@ -108,6 +110,7 @@ class VerifyReport:
     features: Sequence[FeatureTiling]
     examples: Sequence[TilingMismatch] = field(default_factory=tuple)
     output: str | None = None
+    skipped: Sequence[str] = ()
 
     @property
     def mismatches(self) -> int:
@@ -134,8 +137,10 @@ class VerifyReport:
         lost = [f"{run.tiling} gave {run.rows:,} rows" for run in self.runs
                 if run.rows != self.rows]
         bad = sorted({entry.feature for entry in self.failing()})
-        return (f"MISMATCH: {len(bad)} features differ between tilings"
-                + (f" ({', '.join(lost)})" if lost else "") + f"; {checked}.")
+        said = [f"{len(bad)} features differ between tilings"] if bad else []
+        if lost:
+            said.append(f"rows lost or repeated ({', '.join(lost)})")
+        return f"MISMATCH: {'; '.join(said)}; {checked}."
 
     def markdown(self) -> str:
         """Return the report as Markdown: summary, runs, the per-feature table, first mismatches."""
@@ -152,6 +157,9 @@ class VerifyReport:
                   "|---|---|" + "---:|" * len(tilings)]
         for feature, op, cells in self.grid():
             lines.append(f"| {feature} | {op} | " + " | ".join(cells) + " |")
+        if self.skipped:
+            lines += ["", f"Not compared: {', '.join(self.skipped)} (derived from an "
+                      "approximate feature, which has no bound of its own)."]
         if self.examples:
             lines += ["", "First mismatching rows:", "",
                       "| feature | tiling | time | left row | reference | value |",
@@ -188,6 +196,9 @@ class VerifyReport:
             "(ref); approximate ops against the exact oracle's bounds in every tiling.</p>"
             f"<table><thead><tr><th>feature</th><th>op</th>{head}</tr></thead>"
             f"<tbody>{grid}</tbody></table>"
+            + (f"<p>Not compared: {html.escape(', '.join(self.skipped))} (derived from an "
+               "approximate feature, which has no bound of its own).</p>" if self.skipped
+               else "")
             + (("<h2>First mismatching rows</h2><table><thead><tr><th>feature</th>"
                 "<th>tiling</th><th>time</th><th>left row</th><th>reference</th>"
                 f"<th>value</th></tr></thead><tbody>{examples}</tbody></table>")

@@ -12,7 +12,7 @@ every left row the same features under every tiling.
 
 >>> [t.name for t in parse_tilings("one, daily,random:3")]
 ['one', 'daily', 'random:3']
->>> segments(parse_tilings("daily")[0], 0, 2 * DAY_MS, seed=0)
+>>> segments(Tiling("daily"), 0, 2 * DAY_MS, seed=0)
 [(0, 86400000), (86400000, 172800000)]
 """
 
@@ -69,7 +69,8 @@ def parse_tilings(text: str | Sequence[str]) -> tuple[Tiling, ...]:
     """Read tilings from ``"one,daily,random:3"`` or a list of names; order kept.
 
     Raises:
-        ValueError: an unknown or repeated tiling, or none, naming ``tilings`` and the fix.
+        ValueError: an unknown or repeated tiling, or fewer than two (one has nothing to be
+            compared with), naming ``tilings`` and the fix.
 
     """
     names = text.split(",") if isinstance(text, str) else list(text)
@@ -94,6 +95,11 @@ def parse_tilings(text: str | Sequence[str]) -> tuple[Tiling, ...]:
         made.append(tiling)
     if not made:
         raise ValueError(f"tilings is empty: {fix}")
+    if len(made) == 1:
+        example = DEFAULT_TILINGS if made[0].name == "one" else f"one,{made[0].name}"
+        raise ValueError(f"tilings names only {made[0].name!r}, which has nothing to be "
+                         f"compared with: name two or more, the first the reference, e.g. "
+                         f"{example!r}")
     return tuple(made)
 
 
