@@ -39,7 +39,7 @@ import time
 import uuid
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -339,24 +339,22 @@ def _source_as_of(spark: SparkSession, source: EventSource | EntitySource, befor
     return replace(source, snapshot_table=kept, mutation_table=mutations.where(happened < before))
 
 
-class _IdentityNote(logging.Filter):
-    """Drop the tiled executor's note that partials of a DataFrame are known by name only.
+@contextmanager
+def _quiet_partial_identity() -> Iterator[None]:
+    """Drop the tiled executor's warning that a DataFrame's partials are known by name only.
 
     True, and meant, for a verify's own store of its cut sources.
     """
+    logger = logging.getLogger("timetile.offline.executors.tiled")
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def keep(record: logging.LogRecord) -> bool:
         return "stored partials are known by" not in record.getMessage()
 
-
-class _quiet_partial_identity:  # noqa: N801  (a context manager, used as one)
-    _filter = _IdentityNote()
-
-    def __enter__(self) -> None:
-        logging.getLogger("timetile.offline.executors.tiled").addFilter(self._filter)
-
-    def __exit__(self, *_: object) -> None:
-        logging.getLogger("timetile.offline.executors.tiled").removeFilter(self._filter)
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 # --- the comparison ------------------------------------------------------------------------
