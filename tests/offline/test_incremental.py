@@ -328,25 +328,25 @@ def test_table_identity(spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert table_identity(spark, frame) is None
 
 
-def test_a_store_not_yet_written_is_not_read(spark: Any, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spark logs a read of a missing path as a warning with a stack trace (under a cluster's
-    log level): a first run must ask whether the store exists instead."""
+def test_a_store_is_listed_not_read(spark: Any, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stored days come from a listing of the store's folders: no Spark job, and no read
+    of a missing path (which Spark logs as a warning with a stack trace under a cluster's log
+    level)."""
     from pyspark.sql import SparkSession
 
     from timetile.offline.executors.partial_store import PartialStore
-    from timetile.spark.sources import path_exists
+    from timetile.spark.sources import subfolders
 
     written = PartialStore(str(tmp_path / "written"))
-    spark.range(1).selectExpr("id AS epoch_day", "id AS value").write.partitionBy(
+    spark.range(3).selectExpr("id - 1 AS epoch_day", "id AS value").write.partitionBy(
         "epoch_day").parquet(written.location)
-    assert path_exists(spark, written.location) is True
-    assert written.stored_days(spark) == {0}
 
     def no_reads(session: SparkSession) -> None:
-        raise AssertionError("a store that does not exist was read")
+        raise AssertionError("the store was read")
 
     monkeypatch.setattr(SparkSession, "read", property(no_reads))
+    assert written.stored_days(spark) == {-1, 0, 1}
     missing = PartialStore(str(tmp_path / "partials" / "spend" / "0123"))
-    assert path_exists(spark, missing.location) is False
+    assert subfolders(spark, missing.location) == []
     assert missing.stored_days(spark) == set()

@@ -37,7 +37,6 @@ from timetile.offline.arguments import (
 from timetile.offline.attach import can_ride, joined, ridden
 from timetile.offline.derivations import apply_derivations, check_plan
 from timetile.offline.executors import (
-    BROADCAST_QUERY_LIMIT,
     EXECUTORS,
     Executor,
     Piece,
@@ -49,7 +48,12 @@ from timetile.offline.executors.entity import entity_output_fields
 from timetile.offline.executors.tiled import partials_problem
 from timetile.offline.hot_keys import KeySplit, find_hot_keys, part_reach, worth_tallying
 from timetile.offline.input_checks import check_input, snapshot_days
-from timetile.offline.options import AUTO, DEFAULT_EXECUTOR, DEFAULT_MAX_KEY_EVENTS
+from timetile.offline.options import (
+    AUTO,
+    BROADCAST_QUERY_LIMIT,
+    DEFAULT_EXECUTOR,
+    DEFAULT_MAX_KEY_EVENTS,
+)
 from timetile.offline.plan import (
     AnyPartPlan,
     BackfillPlan,
@@ -158,7 +162,7 @@ class BackfillJob:
         (and, for the parts that may sweep, the rows of their fullest bucket of key hashes);
         small jobs find the days of entity snapshots; each part gets its route, for which
         ``auto`` may count a part's distinct queries (when the left has more timed rows than
-        :data:`~timetile.offline.executors.BROADCAST_QUERY_LIMIT`); a part that sweeps and
+        :data:`~timetile.offline.options.BROADCAST_QUERY_LIMIT`); a part that sweeps and
         could hold a key of more than ``max_key_events`` rows is sampled for hot keys. Only
         the first call that succeeds plans; it returns the job. A call that fails leaves the
         job as it was, so a later call plans again.
@@ -197,6 +201,9 @@ class BackfillJob:
             self.report.sources.extend(count_sources(planned, self._bounded_keys(),
                                                      self._asked()))
         check_input(self.report, strict=self.strict)
+        left_rows = self.report.sources[0]  # the left rows are counted first
+        self.options = replace(self.options,
+                               asked_rows=left_rows.usable - left_rows.outside_range)
         with self.report.stage("find snapshot days"):
             self._planned = snapshot_days(self.planned, self._kept_left(), self.report,
                                           strict=self.strict)
@@ -225,14 +232,15 @@ class BackfillJob:
         are more than the broadcast limit.
         """
         left = self._kept_left()
-        left_rows = self.report.sources[0]
+        asked = self.options.asked_rows
+        assert asked is not None  # counted by _plan
         routes = []
         for part in self.planned.parts:
             queries = part.queries(left)
 
             @functools.cache
             def queries_fit(queries: DataFrame = queries) -> bool:
-                if left_rows.usable - left_rows.outside_range <= BROADCAST_QUERY_LIMIT:
+                if asked <= BROADCAST_QUERY_LIMIT:
                     return True
                 with self.report.stage("count queries"):
                     return queries.limit(BROADCAST_QUERY_LIMIT + 1).count() \

@@ -22,3 +22,8 @@ EXECUTOR_NAMES = ("sweep", "interval_tree", "tiled", "reference")
 #: value). The peaks measured, whole keys against chunks, are in benchmarks/RESULTS.md,
 #: "hot key"; how keys are cut, :mod:`timetile.offline.hot_keys`.
 DEFAULT_MAX_KEY_EVENTS = 2_000_000
+
+#: Left rows up to which a backfill treats its queries as small enough to broadcast: ``auto``
+#: may then route a part to the interval tree (which collects them), and the tiled executor
+#: filters its events or stored partials to the queried keys with a broadcast join.
+BROADCAST_QUERY_LIMIT = 200_000

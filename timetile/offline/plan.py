@@ -61,6 +61,8 @@ class ExecutorOptions:
             the others. None: the start of the latest event's day, which may still be landing.
         cached: the DataFrames an executor persisted for this job (the tiled pass's first
             stage), which ``BackfillJob.release`` unpersists once the output is written.
+        asked_rows: how many left rows the backfill returns, as its plan counted them (an
+            upper bound on any part's queries); None when not counted.
 
     """
 
@@ -70,6 +72,7 @@ class ExecutorOptions:
     key_split: KeySplit | None = None
     landed_before: int | None = None
     cached: list[DataFrame] = field(default_factory=list)
+    asked_rows: int | None = None
 
 
 def query_bounds(window: Window | None, query_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -120,18 +120,22 @@ def _qualified_path(spark: SparkSession, path: str) -> str:
     return str(filesystem.makeQualified(hadoop_path).toString())
 
 
-def path_exists(spark: SparkSession, path: str) -> bool | None:
-    """Whether ``path`` exists, as the session's file systems see it; None where unknown.
+def subfolders(spark: SparkSession, path: str) -> list[str] | None:
+    """Return the names of the folders directly in ``path`` ([] if it is missing).
 
-    Unknown where the session has no JVM to ask (Spark Connect): read and catch instead.
-    Asking first spares a read of a missing path, which Spark logs as a warning with a stack
-    trace under a cluster's default log level.
+    None where unknown: where the session has no JVM to ask (Spark Connect). One listing
+    call of the session's file system; no Spark job. Asking first also spares a read of a
+    missing path, which Spark logs as a warning with a stack trace under a cluster's default
+    log level.
     """
     found = _hadoop_path(spark, path)
     if found is None:
         return None
     filesystem, hadoop_path = found
-    return bool(filesystem.exists(hadoop_path))
+    if not filesystem.exists(hadoop_path):
+        return []
+    return [str(status.getPath().getName()) for status in filesystem.listStatus(hadoop_path)
+            if status.isDirectory()]
 
 
 #: A URI's ``scheme://authority``, if any, then its path.

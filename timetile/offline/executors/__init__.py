@@ -26,11 +26,11 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from timetile.offline.executors.entity import entity_features
-from timetile.offline.executors.interval_tree import BROADCAST_QUERY_LIMIT, interval_tree_features
+from timetile.offline.executors.interval_tree import interval_tree_features
 from timetile.offline.executors.reference import reference_features
 from timetile.offline.executors.sweep import sweep_features, sweeps
 from timetile.offline.executors.tiled import tileable, tiled_features
-from timetile.offline.options import AUTO
+from timetile.offline.options import AUTO, BROADCAST_QUERY_LIMIT
 from timetile.offline.plan import AnyPartPlan, ExecutorOptions, Feature, Source
 
 

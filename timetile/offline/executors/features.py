@@ -2,8 +2,9 @@
 
 Shared by the executors of this package (none of them owns it): a feature's aggregator
 (:func:`build_aggregator`), the values it folds out of an Arrow table of events
-(:func:`feature_values`), its output column's Spark type (:func:`feature_fields`,
-:func:`output_schema`), and the name its results are refused under (:func:`finalizing`).
+(:func:`feature_values`, :func:`kept_feature_values`), its output column's Spark type
+(:func:`feature_fields`, :func:`output_schema`), and the name its results are refused
+under (:func:`finalizing`).
 """
 
 from __future__ import annotations
@@ -56,16 +57,11 @@ def finalizing(feature: Feature) -> Iterator[None]:
         raise refused(feature, error) from None
 
 
-def non_null(column: pa.ChunkedArray | pa.Array, times: np.ndarray,
-             value_type: ValueType) -> tuple[np.ndarray, np.ndarray]:
-    """Return the non-null values of an Arrow column as numpy, with their times."""
-    valid = pc.is_valid(column)
-    kept = pc.filter(column, valid)
-    values = kept.to_numpy(zero_copy_only=False)
+def _numpy(column: pa.ChunkedArray | pa.Array, value_type: ValueType) -> np.ndarray:
+    values: np.ndarray = column.to_numpy(zero_copy_only=False)
     if value_type.numeric or value_type is ValueType.BOOL:
         values = values.astype(value_type.numpy_dtype, copy=False)
-    mask = valid.to_numpy(zero_copy_only=False)
-    return values, times[mask]
+    return values
 
 
 def feature_values(events: pa.Table, feature: Feature,
@@ -75,15 +71,26 @@ def feature_values(events: pa.Table, feature: Feature,
     Rows with a null value are dropped; for a bucketed feature, rows with a null bucket too,
     and the values come paired with their buckets (:func:`bucketed_values`).
     """
+    values, kept = kept_feature_values(events, feature)
+    return values, times[kept]
+
+
+def kept_feature_values(events: pa.Table, feature: Feature) -> tuple[np.ndarray, np.ndarray]:
+    """Return the values a feature folds (as :func:`feature_values`) and which rows gave them.
+
+    The second array is a boolean mask over ``events``' rows: the rows
+    :func:`feature_values` keeps. O(rows), vectorized.
+    """
     column = events.column(feature.aggregation.column)
-    if feature.bucket is None:
-        return non_null(column, times, feature.input_type)
-    buckets = events.column(feature.bucket)
-    both = pc.and_(pc.is_valid(column), pc.is_valid(buckets))
-    values, kept_times = non_null(pc.filter(column, both), times[both.to_numpy(
-        zero_copy_only=False)], feature.input_type)
-    kept_buckets = pc.filter(buckets, both).to_numpy(zero_copy_only=False)
-    return bucketed_values(kept_buckets, values, feature.input_type), kept_times
+    kept = pc.is_valid(column)
+    if feature.bucket is not None:
+        buckets = events.column(feature.bucket)
+        kept = pc.and_(kept, pc.is_valid(buckets))
+    values = _numpy(pc.filter(column, kept), feature.input_type)
+    if feature.bucket is not None:
+        kept_buckets = pc.filter(buckets, kept).to_numpy(zero_copy_only=False)
+        values = bucketed_values(kept_buckets, values, feature.input_type)
+    return values, kept.to_numpy(zero_copy_only=False)
 
 
 def feature_fields(features: Sequence[Feature]) -> list[T.StructField]:

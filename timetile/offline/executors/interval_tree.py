@@ -36,9 +36,6 @@ KEY_ID = "_tt_key_id"
 SLOT = "_tt_slot"  # aggregator index × windows + window index; -1 marks a key's anchor row
 TILING = "_tt_tiling"
 
-#: Distinct queries up to which ``executor="auto"`` broadcasts them.
-BROADCAST_QUERY_LIMIT = 200_000
-
 
 class QueryIndex:
     """The broadcast queries: per dense key id, its sorted query times and window bounds."""
@@ -173,7 +170,8 @@ def interval_tree_features(plan: PartPlan, queries: DataFrame,
     """Every feature of ``plan`` at every query, by broadcasting the queries.
 
     Collects the distinct (keys, time) queries to the driver: use it only for query sets
-    that fit in memory (``executor="auto"`` does so up to :data:`BROADCAST_QUERY_LIMIT`).
+    that fit in memory (``executor="auto"`` does so up to
+    :data:`~timetile.offline.options.BROADCAST_QUERY_LIMIT`).
     """
     del options  # nothing to configure
     layout = TiledLayout.of(plan)

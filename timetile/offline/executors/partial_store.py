@@ -22,7 +22,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from timetile.core.timeutil import DAY_MS, ms_to_iso
-from timetile.spark.sources import literal_path, path_exists
+from timetile.spark.sources import literal_path, subfolders
 
 #: The partition column of stored partials: days since the epoch, UTC.
 EPOCH_DAY = "epoch_day"
@@ -47,9 +47,16 @@ class PartialStore:
         return cls(f"{root.rstrip('/')}/{group_by}/{digest}")
 
     def stored_days(self, spark: SparkSession) -> set[int]:
-        """Return the days already stored (a scan of the partition column only)."""
-        if path_exists(spark, self.location) is False:  # nothing stored yet
-            return set()
+        """Return the days already stored: a listing of the store's ``epoch_day=N`` folders.
+
+        No Spark job where the session has a JVM to list with; else a scan of the partition
+        column.
+        """
+        names = subfolders(spark, self.location)
+        if names is not None:
+            prefix = f"{EPOCH_DAY}="
+            return {int(name[len(prefix):]) for name in names
+                    if name.startswith(prefix) and name[len(prefix):].lstrip("-").isdigit()}
         try:
             frame = spark.read.parquet(literal_path(self.location))
         except AnalysisException:  # nothing stored yet

@@ -51,14 +51,21 @@ from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.core.windows import WindowKind, window_span
 from timetile.offline.executors.features import (
     build_aggregator,
-    feature_values,
+    kept_feature_values,
     output_schema,
     refused,
 )
 from timetile.offline.executors.partial_store import EPOCH_DAY, PartialStore, day_label
+from timetile.offline.options import BROADCAST_QUERY_LIMIT
 from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
 from timetile.spark.result_types import arrow_schema, arrow_value
-from timetile.spark.sorted_groups import Rows, map_groups, sorted_by_groups
+from timetile.spark.sorted_groups import (
+    Rows,
+    group_starts,
+    map_groups,
+    sorted_by_groups,
+    whole_groups,
+)
 from timetile.spark.sources import TIME, epoch_day, table_identity
 from timetile.spark.time_columns import COLUMNS
 
@@ -296,40 +303,82 @@ class HopPass:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield stage-1 rows for every whole (key, hop) group of the partition."""
         aggregators = self.layout.aggregators()
-        return map_groups(batches, [*self.layout.keys, HOP], self.schema,
-                          lambda group, rows: self._group(group, aggregators, rows))
+        for table in whole_groups(batches, [*self.layout.keys, HOP]):
+            yield from self._groups(table, aggregators).to_batches()
 
-    def _group(self, group: pa.Table, aggregators: list[Aggregator[Any]], rows: Rows) -> None:
-        is_request = group.column(KIND).to_numpy(zero_copy_only=False) == 1
-        events = group.filter(pa.array(~is_request))
-        requests = group.filter(pa.array(is_request))
+    def _groups(self, table: pa.Table, aggregators: list[Aggregator[Any]]) -> pa.Table:
+        """Return the stage-1 rows of a table of whole (key, hop) groups.
+
+        Per group its partial, and per request row its prefix or suffix state. The columns
+        are read out of Arrow once per table and each group folds a slice of them: O(rows)
+        vectorized, then per group one ``fold`` of each aggregator and, where the group
+        has requests, one ``update`` per distinct request bound.
+        """
+        starts = group_starts(table, [*self.layout.keys, HOP])
+        is_request = table.column(KIND).to_numpy(zero_copy_only=False) == 1
+        events = table.filter(pa.array(~is_request))
+        requests = table.filter(pa.array(is_request))
+        event_cuts = _group_cuts(~is_request, starts)  # group g: events[cuts[g]:cuts[g + 1]]
+        request_cuts = _group_cuts(is_request, starts)
         times = events.column(TIME).to_numpy().astype(np.int64)
         bounds = requests.column(TIME).to_numpy().astype(np.int64)
         sides = requests.column(SIDE).to_numpy(zero_copy_only=False)
-        key_values = [group.column(key)[0].as_py() for key in self.layout.keys]
-        hop = group.column(HOP)[0].as_py()
-        if self.largest is not None:
-            self.largest.add((events.num_rows, f"key {tuple(key_values)}, hop {ms_to_iso(hop)}"))
-        states: list[list[bytes]] = []
+        firsts = table.take(pa.array(starts))
+        if self.largest is not None and len(starts):
+            sizes = np.diff(event_cuts)
+            most = int(np.argmax(sizes))
+            keys = tuple(firsts.column(key)[most].as_py() for key in self.layout.keys)
+            hop = ms_to_iso(firsts.column(HOP)[most].as_py())
+            self.largest.add((int(sizes[most]), f"key {keys}, hop {hop}"))
+        partials: list[list[bytes]] = []
+        scans: list[list[bytes]] = []
         for aggregator, feature in zip(aggregators, self.layout.aggregations, strict=True):
-            values, value_times = feature_values(events, feature, times)
-            column: list[bytes] = [aggregator.to_bytes(aggregator.fold(values, value_times))]
-            prefixes = prefix_states(aggregator, value_times, values, bounds[sides == PREFIX])
-            suffixes = suffix_states(aggregator, value_times, values, bounds[sides == SUFFIX])
-            column += [aggregator.to_bytes(state) for state in prefixes]
-            column += [aggregator.to_bytes(state) for state in suffixes]
-            states.append(column)
-        order = [(PARTIAL, None),
-                 *((PREFIX, int(b)) for b in bounds[sides == PREFIX]),
-                 *((SUFFIX, int(b)) for b in bounds[sides == SUFFIX])]
-        for position, (side, bound) in enumerate(order):
-            for name, value in zip(self.layout.keys, key_values, strict=True):
-                rows[name].append(value)
-            rows[HOP].append(hop)
-            rows[BOUND].append(bound)
-            rows[SIDE].append(side)
-            for index, column_states in enumerate(states):
-                rows[state_column(index)].append(column_states[position])
+            values, kept = kept_feature_values(events, feature)
+            kept_times = times[kept]
+            value_cuts = _group_cuts(kept, event_cuts[:-1])
+            partial: list[bytes] = []
+            scanned: list[bytes] = [b""] * requests.num_rows
+            for group in range(len(starts)):
+                low, high = value_cuts[group], value_cuts[group + 1]
+                group_values, group_times = values[low:high], kept_times[low:high]
+                partial.append(aggregator.to_bytes(aggregator.fold(group_values, group_times)))
+                first, last = request_cuts[group], request_cuts[group + 1]
+                if first == last:
+                    continue
+                for side, scan in ((PREFIX, prefix_states), (SUFFIX, suffix_states)):
+                    at = first + np.flatnonzero(sides[first:last] == side)
+                    for position, state in zip(
+                            at.tolist(), scan(aggregator, group_times, group_values, bounds[at]),
+                            strict=True):
+                        scanned[position] = aggregator.to_bytes(state)
+            partials.append(partial)
+            scans.append(scanned)
+        return pa.concat_tables([
+            self._rows(firsts, None, np.full(len(starts), PARTIAL), partials),
+            self._rows(requests, bounds, sides, scans)])
+
+    def _rows(self, source: pa.Table, bounds: np.ndarray | None, sides: np.ndarray,
+              states: list[list[bytes]]) -> pa.Table:
+        """Stage-1 rows: ``source``'s keys and hop, then bounds, sides and state columns."""
+        columns = {name: source.column(name) for name in (*self.layout.keys, HOP)}
+        columns[BOUND] = pa.array(bounds, pa.int64()) if bounds is not None \
+            else pa.nulls(len(sides), pa.int64())
+        columns[SIDE] = pa.array(np.asarray(sides, dtype=np.int32))
+        columns |= {state_column(index): pa.array(column, pa.binary())
+                    for index, column in enumerate(states)}
+        return pa.table([columns[field.name].cast(field.type) for field in self.schema],
+                        schema=self.schema)
+
+
+def _group_cuts(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Return where each group's rows of ``mask`` begin among them, and their total last.
+
+    The groups start at the rows ``starts`` (ascending, the first at 0); group ``g`` holds
+    the masked rows ``[cuts[g], cuts[g + 1])`` of those ``mask`` selects. O(rows).
+    """
+    counts = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+    cuts: np.ndarray = counts[np.append(starts, len(mask))]
+    return cuts
 
 
 class TailPass:
@@ -518,12 +567,18 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
         *keys, HOP, F.col(BOUND).alias(TIME),
         F.when(F.col(ORDER) == HEAD, PREFIX).otherwise(SUFFIX).alias(SIDE)).distinct()
     events = plan.events.withColumn(HOP, COLUMNS.floor(F.col(TIME), layout.hop_ms))
+    # Few queries: a broadcast join keeps only the rows of queried keys, before any shuffle
+    # (a store's partials are kept whole: a later backfill may ask for other keys).
+    few = options.asked_rows is not None and options.asked_rows <= BROADCAST_QUERY_LIMIT
+    asked_keys = F.broadcast(queries.select(*keys).distinct()) if few else None
 
     # Stage 1: hop pass over events and head/edge requests, by (key, hop).
     largest = spark.sparkContext.accumulator((0, ""), LargestGroup())
     options.gauges[f"largest (key, hop) group of {plan.part.label}"] = largest_group_gauge(
         largest)
     if options.partials_path is None:
+        if asked_keys is not None:
+            events = events.join(asked_keys, keys, "left_semi")
         # Stage 1 feeds both stage 2 (partials) and stage 3 (scans): keep it, so that Spark
         # does not run the heaviest stage twice. Spark drops it under memory pressure.
         stage1 = _hop_pass(layout, events, scans, largest).persist(
@@ -533,6 +588,8 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
             *keys, HOP, *layout.state_columns)
     else:
         partials = _stored_partials(layout, plan, events, options, largest)
+        if asked_keys is not None:
+            partials = partials.join(asked_keys, keys, "left_semi")
         requested = events.join(scans.select(*keys, HOP).distinct(), on=[*keys, HOP],
                                 how="left_semi")
         stage1 = _hop_pass(layout, requested, scans, largest)
