@@ -43,6 +43,12 @@ def test_a_bad_tiling_is_named_with_the_fix(text: str | list[str], said: str) ->
     assert said in str(caught.value)
 
 
+def test_one_tiling_is_enough_when_leaks_are_its_comparison() -> None:
+    assert parse_tilings("one", alone=True) == (Tiling("one"),)
+    with pytest.raises(ValueError, match="or check leaks with it"):
+        parse_tilings("daily")
+
+
 @given(TILINGS, st.integers(-10 * DAY_MS, 10 * DAY_MS), st.integers(1, 5 * DAY_MS),
        st.integers(0, 2**32))
 def test_segments_cover_the_range_without_gaps_overlaps_or_empties(
@@ -76,6 +82,7 @@ DEFS = str(Path(__file__).resolve().parents[2] / "timetile" / "demo" / "checkout
     (["--start", "2024-02-03", "--end", "2024-02-01"], "--start 2024-02-03 is after --end"),
     (["--start", "Feb 1"], "--start 'Feb 1' is not a date"),
     (["--sample", "0"], "--sample"),
+    (["--tilings", "daily"], "or check leaks with it"),
 ])
 def test_the_command_refuses_bad_options_before_spark_starts(options: list[str],
                                                              said: str) -> None:
@@ -101,11 +108,11 @@ def test_a_row_the_reference_lost_is_its_mismatch_and_compared_nowhere_else() ->
     judged = _Judge([_Feature("f", "sum", T.DoubleType(), None)], ["one", "daily"]).judge(batch)
     assert judged.to_pylist() == [
         {"feature": "f", "tiling": "one", "time": 1, "match": False, "left": '{"k":1}',
-         "reference": "(row missing)", "value": "(row missing)"},
+         "reference": "(row missing)", "value": "(row missing)", "moved": None},
         {"feature": "f", "tiling": "daily", "time": 2, "match": False, "left": '{"k":2}',
-         "reference": "5.0", "value": "5.5"},
+         "reference": "5.0", "value": "5.5", "moved": 0.5},
         {"feature": "f", "tiling": "daily", "time": 3, "match": False, "left": '{"k":3}',
-         "reference": "7.0", "value": "(row missing)"}]
+         "reference": "7.0", "value": "(row missing)", "moved": None}]
 
 
 def test_a_derivation_of_an_approximate_feature_is_left_out_by_name() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from timetile.api.errors import DefinitionError, Problem, one_of
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
+from timetile.api.sources import EventSource
 from timetile.core.aggregators import OPS
 from timetile.core.types import ValueType
 
@@ -52,6 +53,14 @@ def time_problems(field: str, column: str | None, label: str, schema: Schema) ->
     return []
 
 
+def event_known_at(source: object) -> str | None:
+    """Return an event source's ``known_at`` column, or None.
+
+    An entity source's names a column of its mutation table, checked where that is read.
+    """
+    return source.known_at if isinstance(source, EventSource) else None
+
+
 def not_a_time(field: str, column: str, kind: str) -> Problem:
     """Describe a time column of type ``kind``, which holds no time, with the fix."""
     return Problem(field, f"{column!r} is {kind}, not a time",
@@ -75,6 +84,7 @@ def group_by_problems(group_by: GroupBy, schema: Schema, field: str = "") -> lis
     problems = _dotted_problems(f"{field}keys", group_by.keys)
     problems += _dotted_problems(f"{field}source.select", group_by.lookup_columns)
     problems += _dotted_problems(f"{field}source.time_column", [group_by.time_column])
+    problems += _dotted_problems(f"{field}source.known_at", [event_known_at(group_by.source)])
     for index, aggregation in enumerate(group_by.aggregations or ()):
         problems += _dotted_problems(f"{field}aggregations[{index}].column", [aggregation.column])
         problems += _dotted_problems(f"{field}aggregations[{index}].buckets",
@@ -82,6 +92,8 @@ def group_by_problems(group_by: GroupBy, schema: Schema, field: str = "") -> lis
     if problems:
         return problems
     problems = time_problems(f"{field}source.time_column", group_by.time_column, label, schema)
+    problems += time_problems(f"{field}source.known_at", event_known_at(group_by.source),
+                              label, schema)
     problems += [_missing(f"{field}keys", key, label, schema)
                  for key in group_by.keys if key not in schema]
     problems += [Problem(f"{field}keys", f"key {key!r} is {schema[key]}, and a key must be one "
@@ -146,6 +158,8 @@ def check_join(join: Join, left_schema: Schema, part_schemas: Mapping[str, Schem
     """
     left_label = join.left.label
     problems = time_problems("left.time_column", join.left.time_column, left_label, left_schema)
+    problems += time_problems("left.known_at", event_known_at(join.left), left_label,
+                              left_schema)
     for index, part in enumerate(join.join_parts):
         field = f"parts[{index}]."
         schema = part_schemas[part.group_by.name]

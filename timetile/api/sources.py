@@ -145,6 +145,10 @@ class EventSource(_Projected):
             each row is the partial aggregate of one period, so a feature at q is the
             TEMPORAL feature at ``floor(q, period)`` (after the SNAPSHOT floor to the day,
             under that accuracy). None (the default) for raw events.
+        known_at: a time column (after ``select``) saying when each row became known to
+            the system, such as an ingestion time. Backfills ignore it; ``timetile verify
+            --leaks`` cuts each left row's sources by it, to find the features whose
+            training values saw rows that had not arrived yet (see docs/verify.md).
 
     >>> EventSource("events.views", time_column="ts", where="duration > 0").where
     ('duration > 0',)
@@ -158,12 +162,14 @@ class EventSource(_Projected):
     select: Projection | Mapping[str, str] | Sequence[str] | None = None
     where: tuple[str, ...] | str | Sequence[str] | None = None
     period: str | None = None
+    known_at: str | None = None
 
     def __post_init__(self) -> None:
         _check_table("EventSource", "table", self.table)
         if not isinstance(self.time_column, str) or not self.time_column:
             raise DefinitionError.single("EventSource", "time_column", "is missing",
                                          "name the column that holds each event's time")
+        _check_known_at("EventSource", self.known_at)
         object.__setattr__(self, "select", _normalize_select("EventSource", self.select))
         object.__setattr__(self, "where", _normalize_where("EventSource", self.where))
         if self.period is not None:
@@ -201,6 +207,10 @@ class EntitySource(_Projected):
             timestamp (its UTC day).
         select: columns to keep.
         where: Spark SQL filters, ANDed.
+        known_at: a time column of the mutation table (as ``mutation_time_column``) saying
+            when each mutation became known, such as when the change data capture delivered
+            it. Backfills ignore it; ``timetile verify --leaks`` cuts each left row's
+            mutations by it (see docs/verify.md).
 
     """
 
@@ -212,6 +222,7 @@ class EntitySource(_Projected):
     partition_column: str = "ds"
     select: Projection | Mapping[str, str] | Sequence[str] | None = None
     where: tuple[str, ...] | str | Sequence[str] | None = field(default=None)
+    known_at: str | None = None
 
     def __post_init__(self) -> None:
         _check_table("EntitySource", "snapshot_table", self.snapshot_table)
@@ -235,6 +246,11 @@ class EntitySource(_Projected):
                                          "name the rows' time column, or None")
         if self.mutation_table is not None:
             _check_table("EntitySource", "mutation_table", self.mutation_table)
+        _check_known_at("EntitySource", self.known_at)
+        if self.known_at is not None and self.mutation_table is None:
+            raise DefinitionError.single(
+                "EntitySource", "known_at", "says when mutations became known, and this "
+                "source has no mutation_table", "give the mutation_table, or leave known_at out")
         object.__setattr__(self, "select", _normalize_select("EntitySource", self.select))
         object.__setattr__(self, "where", _normalize_where("EntitySource", self.where))
 
@@ -242,6 +258,14 @@ class EntitySource(_Projected):
     def label(self) -> str:
         """Name the source as people name it in messages."""
         return describe_table(self.snapshot_table)
+
+
+def _check_known_at(kind: str, known_at: object) -> None:
+    """Refuse a ``known_at`` that names no column."""
+    if known_at is not None and (not isinstance(known_at, str) or not known_at):
+        raise DefinitionError.single(kind, "known_at", f"{known_at!r} names no column",
+                                     "name the column of when each row became known, or "
+                                     "leave known_at out")
 
 
 Source = EventSource | EntitySource

@@ -44,6 +44,12 @@ _VERIFY_EXAMPLE = """\
   feature of every sampled row: exact ops exactly, approximate ones within their error
   bounds. Exits 1 when a feature differs, 2 on bad input. --output gets report.md,
   report.html and mismatches.parquet.[/]
+
+  [cyan]timetile verify defs.py --start 2024-02-20 --end 2024-02-29 --tilings one --leaks[/]
+
+  [dim]Also recomputes each sampled row over only the rows known before its time (a
+  source's known_at, e.g. tt.EventSource(..., known_at="ingested_at")) and exits 1 when a
+  feature changes: its training values saw rows that had not arrived yet.[/]
 """
 
 
@@ -70,13 +76,18 @@ def verify(
         help="Keep the work files (sampled rows, each tiling's output, stored partials) "
              "here; on a cluster, a folder every executor reaches. Default: a temporary "
              "local folder, removed at the end.", show_default=False)] = None,
+    leaks: Annotated[bool, typer.Option(
+        "--leaks", help="Also recompute each sampled row over only the rows known before its "
+        "time (cut by each source's known_at, if it declares one), and report the features "
+        "that change: rows that arrived late, or a read past the row's time.")] = False,
     debug: Debug = False,
 ) -> None:
     """Compute a Join's features under several cuts of time and compare them, value by value.
 
     A correct computation does not depend on how its input is cut along time: one batch,
     day by day on stored partials and random cuts must give every left row the same
-    features. Prints the mismatches per feature and tiling, then the first mismatching rows.
+    features; and with --leaks, nor on rows that arrived after the left row's time.
+    Prints the mismatches per feature and tiling, then the first mismatching rows.
     """
     out = console()
     with user_errors(debug):
@@ -84,7 +95,7 @@ def verify(
         if first > last:
             raise CliError(f"--start {start} is after --end {end}. Fix: give start <= end.")
         try:
-            parse_tilings(tilings)
+            parse_tilings(tilings, alone=leaks)
         except ValueError as error:
             raise CliError(f"--{error}.") from None
         for option, folder in (("--output", output), ("--work-dir", work_dir)):
@@ -95,7 +106,8 @@ def verify(
 
         with JobProgress(None, out) as progress, spark_session(progress) as spark:
             report = check(chosen, spark, start, end, tilings=tilings, sample=sample,
-                           seed=seed, output=output, work_dir=work_dir, progress=progress)
+                           seed=seed, output=output, work_dir=work_dir, progress=progress,
+                           leaks=leaks)
     print_verify(out, report)
     if not report.passed:
         raise typer.Exit(MISMATCH_EXIT)

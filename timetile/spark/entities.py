@@ -151,16 +151,17 @@ def mutation_rows(raw: DataFrame, source: EntitySource, field: str,
 
     """
     where = f"{field}.mutation_table"
-    flags = (source.mutation_time_column, source.is_before_column)
-    for name, column in zip(("mutation_time_column", "is_before_column"), flags, strict=True):
-        if column not in raw.columns:
+    named = {"mutation_time_column": source.mutation_time_column,
+             "is_before_column": source.is_before_column, "known_at": source.known_at}
+    for name, column in named.items():
+        if column is not None and column not in raw.columns:
             raise DefinitionError.single(
                 "source", f"{field}.{name}",
                 f"{column!r} is not a column of the mutation table {source.mutation_table!r}"
                 if isinstance(source.mutation_table, str) else
                 f"{column!r} is not a column of the mutation table", one_of(column, raw.columns))
-    check_time_column(raw.sparkSession, raw, source.mutation_time_column,
-                      f"{field}.mutation_time_column")
+    for name in ("mutation_time_column", "known_at"):
+        check_time_column(raw.sparkSession, raw, named[name], f"{field}.{name}")
     flag_type = raw.schema[source.is_before_column].dataType
     if not isinstance(flag_type, (T.BooleanType, T.StringType, T.NumericType)):
         raise DefinitionError.single(

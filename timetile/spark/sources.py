@@ -288,6 +288,8 @@ def load(spark: SparkSession, source: EventSource | EntitySource, table: object,
     frame = project(read_table(spark, table), source, field)
     column = source.time_column
     check_time_column(spark, frame, column, f"{field}.time_column")
+    if isinstance(source, EventSource):
+        check_time_column(spark, frame, source.known_at, f"{field}.known_at")
     if column is None or column not in frame.columns:
         return frame.withColumn(TIME, F.lit(None).cast("long"))
     return frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))

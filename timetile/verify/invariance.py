@@ -31,6 +31,7 @@ folder every executor can reach).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -64,9 +65,16 @@ from timetile.spark.entities import day_end_ms, partition_day
 from timetile.spark.sources import TIME, check_session, load_events, read_table, time_millis
 from timetile.testing import percentile_rank_bounds
 from timetile.verify.consistency import APPROX_CHECKS, Stages, approx_parts, feature_ops
+from timetile.verify.leaks import as_known
 from timetile.verify.results import BOUND, EXACT
 from timetile.verify.tiling_report import FeatureTiling, TilingMismatch, TilingRun, VerifyReport
-from timetile.verify.tilings import DEFAULT_TILINGS, Tiling, parse_tilings, segments
+from timetile.verify.tilings import (
+    DEFAULT_TILINGS,
+    KNOWN_BEFORE,
+    Tiling,
+    parse_tilings,
+    segments,
+)
 from timetile.verify.values import offline_value
 
 __all__ = ["DEFAULT_SAMPLE", "EXAMPLES", "verify"]
@@ -80,12 +88,13 @@ EXAMPLES = 5
 #: What the comparison writes per (sampled row, feature, tiling) it judges.
 _COMPARED = pa.schema([("feature", pa.string()), ("tiling", pa.string()),
                        ("time", pa.int64()), ("match", pa.bool_()), ("left", pa.string()),
-                       ("reference", pa.string()), ("value", pa.string())])
+                       ("reference", pa.string()), ("value", pa.string()),
+                       ("moved", pa.float64())])
 _COMPARED_SPARK = T.StructType([
     T.StructField("feature", T.StringType()), T.StructField("tiling", T.StringType()),
     T.StructField("time", T.LongType()), T.StructField("match", T.BooleanType()),
     T.StructField("left", T.StringType()), T.StructField("reference", T.StringType()),
-    T.StructField("value", T.StringType())])
+    T.StructField("value", T.StringType()), T.StructField("moved", T.DoubleType())])
 _MISSING_ROW = "(row missing)"
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -94,7 +103,7 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
            tilings: str | Sequence[str] = DEFAULT_TILINGS, sample: int = DEFAULT_SAMPLE,
            seed: int = 0, output: str | os.PathLike[str] | None = None,
            work_dir: str | os.PathLike[str] | None = None,
-           progress: Stages | None = None) -> VerifyReport:
+           progress: Stages | None = None, leaks: bool = False) -> VerifyReport:
     """Compute ``join``'s features under each tiling of ``[start, end]`` and compare them.
 
     Args:
@@ -111,6 +120,10 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
             ``mismatches.parquet`` (every mismatching row, feature and tiling).
         work_dir: where the work files go (see the module); kept when given.
         progress: shows each backfill as a stage (``timetile.cli.progress.JobProgress``).
+        leaks: also compute each sampled row over what was known before its time
+            (:mod:`timetile.verify.leaks`) and report, as mismatches, the features whose
+            value changes: rows that arrived late (a source's ``known_at``) or an engine
+            that reads past the row's time. Then one tiling is enough.
 
     Returns:
         The :class:`~timetile.verify.tiling_report.VerifyReport`; ``report.passed`` says
@@ -124,7 +137,7 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
     """
     chosen, (low, high) = _check_arguments(join, spark, start, end, tilings=tilings,
                                            sample=sample, seed=seed, output=output,
-                                           work_dir=work_dir, progress=progress)
+                                           work_dir=work_dir, progress=progress, leaks=leaks)
     stage: Callable[[str], AbstractContextManager[Any]] = (
         progress.stage if progress is not None else lambda _: nullcontext())
     owned = work_dir is None
@@ -149,8 +162,13 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
         runs = [_run(join, spark, tiling, sampled, bounds=(low, high), seed=seed,
                      refusal=refusal, path=f"{work}/tiling{index}", stage=stage)
                 for index, tiling in enumerate(chosen)]
+        if leaks:
+            with stage(f"{KNOWN_BEFORE}: each row over what was known before its time"):
+                runs.append(_run_known(join, spark, sampled, path=f"{work}/known"))
+        outputs = [(run.tiling, f"{work}/tiling{index}" if index < len(chosen)
+                    else f"{work}/known") for index, run in enumerate(runs)]
         with stage("compare"):
-            features, examples, skipped = _compare(join, spark, sampled, chosen, work=work,
+            features, examples, skipped = _compare(join, spark, sampled, outputs,
                                                    output=output)
         report = VerifyReport(join.name, start, end, chosen[0].name, len(sampled.times),
                               runs, features, examples,
@@ -168,8 +186,8 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
 def _check_arguments(join: Join, spark: SparkSession, start: str, end: str, *,
                      tilings: str | Sequence[str], sample: int, seed: int,
                      output: str | os.PathLike[str] | None,
-                     work_dir: str | os.PathLike[str] | None, progress: Stages | None
-                     ) -> tuple[tuple[Tiling, ...], tuple[int, int]]:
+                     work_dir: str | os.PathLike[str] | None, progress: Stages | None,
+                     leaks: bool) -> tuple[tuple[Tiling, ...], tuple[int, int]]:
     """Refuse arguments that cannot work, each named with its fix, before any job."""
     expect_argument("join", join, Join, "a tt.Join",
                     "verify a Join: tt.Join(name, left=tt.EventSource(...), parts=[...])")
@@ -187,7 +205,9 @@ def _check_arguments(join: Join, spark: SparkSession, start: str, end: str, *,
     assert high is not None
     expect_argument("tilings", tilings, (str, list, tuple), "tiling names",
                     f"give them comma-separated, e.g. {DEFAULT_TILINGS!r}")
-    chosen = parse_tilings(tilings)
+    if not isinstance(leaks, bool):
+        raise ValueError(f"leaks is {leaks!r}: give True or False")
+    chosen = parse_tilings(tilings, alone=leaks)
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
         raise ValueError(f"sample is {sample!r}: give how many left rows to check, a "
                          "positive int")
@@ -295,6 +315,16 @@ def _run(join: Join, spark: SparkSession, tiling: Tiling, sampled: _Sampled, *,
     return TilingRun(tiling.name, len(cut), len(held), written, seconds, how)
 
 
+def _run_known(join: Join, spark: SparkSession, sampled: _Sampled, *, path: str) -> TilingRun:
+    """Backfill every sampled row over its own cut of the sources; write to ``path``."""
+    began = time.perf_counter()
+    known = as_known(join, spark, sampled.read(spark), sampled.row, sampled.time_column)
+    BackfillJob(known, spark).plan().dataframe().write.mode("overwrite").parquet(path)
+    rows = spark.read.parquet(path).count()
+    return TilingRun(KNOWN_BEFORE, 1, 1, rows, time.perf_counter() - began,
+                     "no: one batch, each row over its own cut")
+
+
 def _label(millis: int) -> str:
     text = ms_to_iso(millis)
     return text[:10] if millis % DAY_MS == 0 else text
@@ -370,18 +400,20 @@ class _Feature:
     bound_type: T.DataType | None
 
 
-def _compare(join: Join, spark: SparkSession, sampled: _Sampled, tilings: Sequence[Tiling], *,
-             work: str, output: str | os.PathLike[str] | None
+def _compare(join: Join, spark: SparkSession, sampled: _Sampled,
+             written: Sequence[tuple[str, str]], *, output: str | os.PathLike[str] | None
              ) -> tuple[list[FeatureTiling], list[TilingMismatch], list[str]]:
-    """Join every tiling's output on the row number, judge each value, count per feature.
+    """Join every run's output on the row number, judge each value, count per feature.
 
-    Returns the per-(feature, tiling) counts, the first mismatching rows, and the derived
-    columns left out (:func:`_uncomparable`).
+    ``written`` names each run (a tiling, or the leak check) and its output's folder, the
+    reference first. Returns the per-(feature, run) counts, the first mismatching rows,
+    and the derived columns left out (:func:`_uncomparable`).
     """
     rows = sampled.read(spark)
     frame = rows.select(sampled.row, sampled.millis(rows).alias("time"),
                         F.to_json(F.struct(*sampled.columns)).alias("left"))
-    outputs = [spark.read.parquet(f"{work}/tiling{index}") for index in range(len(tilings))]
+    names_of_runs = [name for name, _ in written]
+    outputs = [spark.read.parquet(path) for _, path in written]
     ops = {name: op for name, _, op in feature_ops(join)}
     skipped = _uncomparable(join)
     names = [column for column in outputs[0].columns
@@ -399,13 +431,12 @@ def _compare(join: Join, spark: SparkSession, sampled: _Sampled, tilings: Sequen
     features = [_Feature(name, ops.get(name, "derived"), outputs[0].schema[name].dataType,
                          schema[f"b{feature}"].dataType if f"b{feature}" in schema.names
                          else None) for feature, name in enumerate(names)]
-    compared = frame.mapInArrow(_Judge(features, [t.name for t in tilings]),
-                                _COMPARED_SPARK).persist()
+    compared = frame.mapInArrow(_Judge(features, names_of_runs), _COMPARED_SPARK).persist()
     try:
-        counts = {(row["feature"], row["tiling"]): (row["n"], row["bad"]) for row in
-                  compared.groupBy("feature", "tiling").agg(
-                      F.count(F.lit(1)).alias("n"),
-                      F.count_if(~F.col("match")).alias("bad")).collect()}
+        counts = {(row["feature"], row["tiling"]): (row["n"], row["bad"], row["moved"])
+                  for row in compared.groupBy("feature", "tiling").agg(
+                      F.count(F.lit(1)).alias("n"), F.count_if(~F.col("match")).alias("bad"),
+                      F.max("moved").alias("moved")).collect()}
         bad = compared.where(~F.col("match"))
         first = F.row_number().over(Window.partitionBy("feature", "tiling").orderBy("time"))
         examples = [TilingMismatch(row["feature"], row["tiling"], row["time"], row["left"],
@@ -417,9 +448,9 @@ def _compare(join: Join, spark: SparkSession, sampled: _Sampled, tilings: Sequen
     finally:
         compared.unpersist()
     table = [FeatureTiling(feature.name, feature.op,
-                           BOUND if feature.bound_type is not None else EXACT, tiling.name,
-                           *counts.get((feature.name, tiling.name), (0, 0)))
-             for feature in features for tiling in tilings]
+                           BOUND if feature.bound_type is not None else EXACT, name,
+                           *counts.get((feature.name, name), (0, 0, None)))
+             for feature in features for name in names_of_runs]
     return table, examples, skipped
 
 
@@ -472,14 +503,15 @@ class _Judge:
         out: dict[str, list[Any]] = {name: [] for name in _COMPARED.names}
 
         def judged(feature: str, tiling: str, row: int, *, match: bool,
-                   reference: str | None = None, value: str | None = None) -> None:
+                   reference: Any = _MISSING_ROW, value: Any = _MISSING_ROW) -> None:
             out["feature"].append(feature)
             out["tiling"].append(tiling)
             out["time"].append(columns["time"][row])
             out["match"].append(match)
             out["left"].append(None if match else columns["left"][row])
-            out["reference"].append(None if match else reference)
-            out["value"].append(None if match else value)
+            out["reference"].append(None if match else _text(reference))
+            out["value"].append(None if match else _text(value))
+            out["moved"].append(None if match else _moved(reference, value))
 
         for row in range(batch.num_rows):
             for index, feature in enumerate(self.features):
@@ -487,8 +519,7 @@ class _Judge:
                 truth = (offline_value(columns[f"b{index}"][row], feature.bound_type)
                          if feature.bound_type is not None else None)
                 if not bound and columns["p0"][row] is None:
-                    judged(feature.name, self.tilings[0], row, match=False,
-                           reference=_MISSING_ROW, value=_MISSING_ROW)
+                    judged(feature.name, self.tilings[0], row, match=False)
                     continue
                 reference = offline_value(columns[f"t0_{index}"][row], feature.data_type)
                 for tiling, name in enumerate(self.tilings):
@@ -502,6 +533,21 @@ class _Judge:
                         judged(feature.name, name, row, match=True)
                     else:
                         judged(feature.name, name, row, match=False,
-                               reference=dumps(truth if bound else reference),
-                               value=dumps(value) if present else _MISSING_ROW)
+                               reference=truth if bound else reference,
+                               value=value if present else _MISSING_ROW)
         return pa.RecordBatch.from_pydict(out, schema=_COMPARED)
+
+
+def _text(value: Any) -> str:
+    """Return a compared value as JSON text (the missing-row marker as it is)."""
+    return value if value is _MISSING_ROW else dumps(value)
+
+
+def _moved(reference: Any, value: Any) -> float | None:
+    """Return how far a number moved from the reference; None where either is no number."""
+    numbers = [v for v in (reference, value)
+               if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) < 2:
+        return None
+    moved = abs(float(value) - float(reference))
+    return moved if math.isfinite(moved) else None

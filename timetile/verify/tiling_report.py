@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 from timetile.core.timeutil import ms_to_iso
 from timetile.verify.report_html import PAGE_STYLE
 from timetile.verify.results import BOUND
+from timetile.verify.tilings import KNOWN_BEFORE
+
+#: What the leak check's column means, in the reports.
+LEAKS_NOTE = (f"; `{KNOWN_BEFORE}`: each row recomputed over only the rows known before its "
+              "time, so a mismatch there is a leak: rows that arrived late (a source's "
+              "known_at), or a read past the row's time")
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,8 @@ class FeatureTiling:
         tiling: the tiling's name.
         compared: left rows compared (0 for the reference tiling of an exact feature).
         mismatches: compared rows that differ.
+        moved: of those, the largest absolute difference between a number and its reference
+            (or the bound's truth); None when no mismatch is between two numbers.
 
     """
 
@@ -58,6 +66,7 @@ class FeatureTiling:
     tiling: str
     compared: int
     mismatches: int
+    moved: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,11 @@ class VerifyReport:
         """Whether every tiling gave every sampled row the same features."""
         return self.mismatches == 0
 
+    @property
+    def checks_leaks(self) -> bool:
+        """Whether the leak check ran (its column is named :data:`KNOWN_BEFORE`)."""
+        return any(run.tiling == KNOWN_BEFORE for run in self.runs)
+
     def failing(self) -> list[FeatureTiling]:
         """Return the (feature, tiling) pairs with a mismatch."""
         return [entry for entry in self.features if entry.mismatches]
@@ -136,8 +150,14 @@ class VerifyReport:
             return f"Every feature agrees under every tiling: {checked}."
         lost = [f"{run.tiling} gave {run.rows:,} rows" for run in self.runs
                 if run.rows != self.rows]
-        bad = sorted({entry.feature for entry in self.failing()})
+        bad = sorted({entry.feature for entry in self.failing()
+                      if entry.tiling != KNOWN_BEFORE})
+        leaking = sorted({entry.feature for entry in self.failing()
+                          if entry.tiling == KNOWN_BEFORE})
         said = [f"{len(bad)} features differ between tilings"] if bad else []
+        if leaking:
+            said.append(f"{len(leaking)} features change when each row sees only what was "
+                        f"known before its time (leaks: {', '.join(leaking)})")
         if lost:
             said.append(f"rows lost or repeated ({', '.join(lost)})")
         return f"MISMATCH: {'; '.join(said)}; {checked}."
@@ -152,7 +172,8 @@ class VerifyReport:
                   f"{run.seconds:.1f} | {run.partials} |" for run in self.runs]
         lines += ["", "Mismatches per feature and tiling (`ref`: the reference of exact "
                   f"features, {self.reference}; approximate ops are checked against the "
-                  "exact oracle's bounds in every tiling):", "",
+                  "exact oracle's bounds in every tiling; `moved`: the largest change of a "
+                  f"number{LEAKS_NOTE if self.checks_leaks else ''}):", "",
                   "| feature | op | " + " | ".join(tilings) + " |",
                   "|---|---|" + "---:|" * len(tilings)]
         for feature, op, cells in self.grid():
@@ -193,7 +214,9 @@ class VerifyReport:
             "<th>backfills</th><th>rows</th><th>seconds</th><th>stored partials</th></tr>"
             f"</thead><tbody>{runs}</tbody></table>"
             f"<h2>Mismatches per feature</h2><p>Exact features against {self.reference} "
-            "(ref); approximate ops against the exact oracle's bounds in every tiling.</p>"
+            "(ref); approximate ops against the exact oracle's bounds in every tiling; "
+            f"moved: the largest change of a number"
+            f"{html.escape(LEAKS_NOTE) if self.checks_leaks else ''}.</p>"
             f"<table><thead><tr><th>feature</th><th>op</th>{head}</tr></thead>"
             f"<tbody>{grid}</tbody></table>"
             + (f"<p>Not compared: {html.escape(', '.join(self.skipped))} (derived from an "
@@ -214,6 +237,7 @@ class VerifyReport:
             ops[entry.feature] = entry.op if entry.check != BOUND else f"{entry.op} (bound)"
             cells.setdefault(entry.feature, {})[entry.tiling] = (
                 "ref" if entry.compared == 0 and entry.check != BOUND
-                else f"{entry.mismatches:,}")
+                else f"{entry.mismatches:,}" + (f" (moved {entry.moved:.6g})"
+                                                 if entry.moved else ""))
         return [(feature, ops[feature], [row.get(name, "") for name in order])
                 for feature, row in cells.items()]

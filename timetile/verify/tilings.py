@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from timetile.core.timeutil import DAY_MS
 
-__all__ = ["DEFAULT_TILINGS", "KINDS", "Tiling", "parse_tilings", "segments"]
+__all__ = ["DEFAULT_TILINGS", "KINDS", "KNOWN_BEFORE", "Tiling", "parse_tilings", "segments"]
 
 #: The tilings ``verify`` runs when none are named.
 DEFAULT_TILINGS = "one,daily,random:3"
@@ -36,6 +36,9 @@ KINDS = {
     "daily": "day by day, each day reusing the stored hop partials of the days before",
     "random:N": "N cuts at random milliseconds, each segment reusing the partials before it",
 }
+#: The name of the leak check (``verify(leaks=True)``) where reports list it beside the
+#: tilings: each row recomputed over the rows known before its time.
+KNOWN_BEFORE = "known before q"
 _RANDOM = re.compile(r"random:(\d+)")
 #: The most random cuts one tiling may make (each is a backfill).
 MAX_RANDOM_CUTS = 1_000
@@ -65,12 +68,14 @@ class Tiling:
         return self.kind != "one"
 
 
-def parse_tilings(text: str | Sequence[str]) -> tuple[Tiling, ...]:
+def parse_tilings(text: str | Sequence[str], *, alone: bool = False) -> tuple[Tiling, ...]:
     """Read tilings from ``"one,daily,random:3"`` or a list of names; order kept.
+
+    ``alone``: one tiling is enough, as when the leak check is its comparison.
 
     Raises:
         ValueError: an unknown or repeated tiling, or fewer than two (one has nothing to be
-            compared with), naming ``tilings`` and the fix.
+            compared with) unless ``alone``, naming ``tilings`` and the fix.
 
     """
     names = text.split(",") if isinstance(text, str) else list(text)
@@ -95,11 +100,11 @@ def parse_tilings(text: str | Sequence[str]) -> tuple[Tiling, ...]:
         made.append(tiling)
     if not made:
         raise ValueError(f"tilings is empty: {fix}")
-    if len(made) == 1:
+    if len(made) == 1 and not alone:
         example = DEFAULT_TILINGS if made[0].name == "one" else f"one,{made[0].name}"
         raise ValueError(f"tilings names only {made[0].name!r}, which has nothing to be "
                          f"compared with: name two or more, the first the reference, e.g. "
-                         f"{example!r}")
+                         f"{example!r}, or check leaks with it")
     return tuple(made)
 
 
