@@ -138,6 +138,22 @@ def subfolders(spark: SparkSession, path: str) -> list[str] | None:
             if status.isDirectory()]
 
 
+def copy_folder(spark: SparkSession, source: str, target: str) -> bool:
+    """Copy the folder ``source`` (and all it holds) to ``target``, on the session's file systems.
+
+    Returns False where the session has no JVM to ask (Spark Connect), having copied
+    nothing. No Spark job: the driver copies the files, so keep this to small folders.
+    """
+    found, into = _hadoop_path(spark, source), _hadoop_path(spark, target)
+    if found is None or into is None:
+        return False
+    jvm = spark._jvm
+    assert jvm is not None
+    jvm.org.apache.hadoop.fs.FileUtil.copy(found[0], found[1], into[0], into[1], False,
+                                           spark._jsc.hadoopConfiguration())
+    return True
+
+
 #: A URI's ``scheme://authority``, if any, then its path.
 _AUTHORITY = re.compile(r"((?:[A-Za-z][\w+.-]*://[^/]*)?)(.*)", re.DOTALL)
 

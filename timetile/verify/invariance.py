@@ -59,12 +59,13 @@ from timetile.core.locations import write_problem
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.offline.arguments import time_range
 from timetile.offline.backfill import BackfillJob, partials_refusal
+from timetile.offline.executors.partial_store import copy_days
 from timetile.offline.plan import PartPlan, plan_backfill
 from timetile.online.jsonable import dumps
-from timetile.spark.entities import day_end_ms, partition_day
-from timetile.spark.sources import TIME, check_session, load_events, read_table, time_millis
+from timetile.spark.sources import TIME, check_session, load_events, time_millis
 from timetile.testing import percentile_rank_bounds
 from timetile.verify.consistency import APPROX_CHECKS, Stages, approx_parts, feature_ops
+from timetile.verify.cuts import Cut, source_as_of
 from timetile.verify.leaks import as_known
 from timetile.verify.results import BOUND, EXACT
 from timetile.verify.tiling_report import FeatureTiling, TilingMismatch, TilingRun, VerifyReport
@@ -159,9 +160,14 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
             raise ValueError(f"Join {join.name!r}: its left source has no row with a time "
                              f"from {start} to {end}, so nothing can be verified: give a "
                              "range that holds left rows")
-        runs = [_run(join, spark, tiling, sampled, bounds=(low, high), seed=seed,
-                     refusal=refusal, path=f"{work}/tiling{index}", stage=stage)
-                for index, tiling in enumerate(chosen)]
+        runs: list[TilingRun] = []
+        history: tuple[str, str] | None = None  # the first store: (its tiling, its folder)
+        for index, tiling in enumerate(chosen):
+            path = f"{work}/tiling{index}"
+            runs.append(_run(join, spark, tiling, sampled, bounds=(low, high), seed=seed,
+                             refusal=refusal, path=path, history=history, stage=stage))
+            if tiling.incremental and refusal is None and history is None:
+                history = (tiling.name, f"{path}-partials")
         if leaks:
             with stage(f"{KNOWN_BEFORE}: each row over what was known before its time"):
                 runs.append(_run_known(join, spark, sampled, path=f"{work}/known"))
@@ -290,14 +296,26 @@ def _sample(join: Join, spark: SparkSession, *, low: int, high: int, sample: int
 
 def _run(join: Join, spark: SparkSession, tiling: Tiling, sampled: _Sampled, *,
          bounds: tuple[int, int], seed: int, refusal: str | None, path: str,
+         history: tuple[str, str] | None,
          stage: Callable[[str], AbstractContextManager[Any]]) -> TilingRun:
-    """Backfill each segment of ``tiling`` that holds a sampled row; write to ``path``."""
+    """Backfill each segment of ``tiling`` that holds a sampled row; write to ``path``.
+
+    An incremental tiling stores partials under ``{path}-partials``. The days before the
+    range have landed under every cut, so when an earlier tiling stored them (``history``:
+    its name and store), their partials are copied, not computed again; the days of the
+    range each tiling stores itself.
+    """
     cut = segments(tiling, *bounds, seed=seed)
     held = [(a, b) for a, b in cut
             if bisect_left(sampled.times, b) > bisect_left(sampled.times, a)]
     stored = tiling.incremental and refusal is None
     partials = f"{path}-partials" if stored else None
     began = time.perf_counter()
+    copied = None
+    if partials is not None and history is not None:
+        with stage(f"{tiling.name}: copy the partials of the days before the range"):
+            copied = copy_days(spark, history[1], partials,
+                               lambda day: (day + 1) * DAY_MS <= bounds[0])
     rows = sampled.read(spark)
     for index, (a, b) in enumerate(held):
         with stage(f"{tiling.name}: backfill {index + 1}/{len(held)}, "
@@ -311,7 +329,10 @@ def _run(join: Join, spark: SparkSession, tiling: Tiling, sampled: _Sampled, *,
     seconds = time.perf_counter() - began
     written = spark.read.parquet(path).count() if held else 0
     how = ("no: one batch" if not tiling.incremental
-           else "yes" if stored else f"no: {refusal}")
+           else f"no: {refusal}" if not stored
+           else "yes" if not copied or history is None
+           else f"yes; those of the days before the range copied from {history[0]}'s store "
+                f"({copied:,} day folders)")
     return TilingRun(tiling.name, len(cut), len(held), written, seconds, how)
 
 
@@ -338,35 +359,19 @@ def _day(millis: int) -> str:
 def _as_of(join: Join, spark: SparkSession, before: int, left: EventSource) -> Join:
     """``join`` over ``left`` and its sources as they stood at ``before``.
 
-    Events before it; an entity's mutations before it and its snapshots of days that ended
-    by it. A source shared by several parts is cut once.
+    :func:`~timetile.verify.cuts.source_as_of`, by event and mutation time (not by
+    ``known_at``: a tiling checks the engine, the leak check the data). A source shared by
+    several parts is cut once.
     """
     cut: dict[int, EventSource | EntitySource] = {}
     parts = []
     for index, part in enumerate(join.join_parts):
         source = part.group_by.source
         if id(source) not in cut:
-            cut[id(source)] = _source_as_of(spark, source, before, f"parts[{index}].source")
+            cut[id(source)] = source_as_of(spark, source, f"parts[{index}].source",
+                                           Cut(F.lit(before)))
         parts.append(replace(part, group_by=replace(part.group_by, source=cut[id(source)])))
     return replace(join, left=left, parts=parts)
-
-
-def _source_as_of(spark: SparkSession, source: EventSource | EntitySource, before: int,
-                  field: str) -> EventSource | EntitySource:
-    if isinstance(source, EventSource):
-        frame = load_events(spark, source, field)  # projected: the time column is its own
-        return EventSource(frame.where(F.col(TIME) < before).drop(TIME), source.time_column,
-                           period=source.period)
-    snapshots = read_table(spark, source.snapshot_table)
-    day = partition_day(source.partition_column,
-                        snapshots.schema[source.partition_column].dataType)
-    kept = snapshots.where(day_end_ms(day) <= before)
-    if source.mutation_table is None:
-        return replace(source, snapshot_table=kept)
-    mutations = read_table(spark, source.mutation_table)
-    happened = time_millis(source.mutation_time_column,
-                           mutations.schema[source.mutation_time_column].dataType)
-    return replace(source, snapshot_table=kept, mutation_table=mutations.where(happened < before))
 
 
 @contextmanager

@@ -2,12 +2,10 @@
 
 A training value at ``q`` must come only from rows that existed before ``q``; online, a row
 counts once it has arrived. :func:`as_known` rewrites a Join so that one backfill computes
-every sampled left row over **its own cut** of the sources:
-
-- an event source: its rows with a time before ``q`` and, when the source declares
-  ``known_at``, known before ``q``;
-- an entity source: its snapshots of days that ended by ``q``, and its mutations that
-  happened before ``q`` and, with ``known_at``, were known before ``q``.
+every sampled left row over **its own cut** of the sources at its time ``q``
+(:func:`~timetile.verify.cuts.source_as_of`, cutting by ``known_at`` too): events with a
+time before ``q`` and known before ``q``; an entity's snapshots of days that ended by ``q``
+and its mutations that happened before ``q`` and were known before ``q``.
 
 Each sampled row gets keys of its own (its row number, and the part it feeds), and its cut
 of each source is copied under them, so the engine's own executors compute the features:
@@ -24,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from timetile.api.join import Join, JoinPart
-from timetile.api.sources import EntitySource, EventSource
-from timetile.spark.entities import day_end_ms, partition_day
-from timetile.spark.sources import TIME, load_events, project, read_table, time_millis
+from timetile.api.sources import EventSource
+from timetile.spark.sources import read_table, time_millis
+from timetile.verify.cuts import Cut, source_as_of
 
 __all__ = ["as_known"]
 
@@ -75,54 +73,14 @@ def as_known(join: Join, spark: SparkSession, rows: DataFrame, row: str,
                                   join.join_parts[index].left_keys, group_by.keys,
                                   strict=True)))
                   for index in indexes]
-        source = _cut(spark, group_by.source, _union(askers), keys=group_by.keys,
-                      asked=asked, field=f"parts[{indexes[0]}].source")
+        cut = Cut(F.col(asked), known=True, askers=_union(askers), keys=group_by.keys,
+                  drop=(asked,))
+        source = source_as_of(spark, group_by.source, f"parts[{indexes[0]}].source", cut)
         rewritten[name] = replace(group_by, source=source, keys=[row_key, part_key])
     parts = [JoinPart(rewritten[part.group_by.name], prefix=part.prefix,
                       key_mapping={row_key: row_key, part_columns[index]: part_key})
              for index, part in enumerate(join.join_parts)]
     return replace(join, left=EventSource(left, time_column), parts=parts)
-
-
-def _cut(spark: SparkSession, source: EventSource | EntitySource, askers: DataFrame, *,
-         keys: Sequence[str], asked: str, field: str) -> EventSource | EntitySource:
-    """Copy each asker's cut of ``source`` under its keys (``askers``: keys, row, part, time)."""
-    before = F.col(asked)
-    if isinstance(source, EventSource):
-        events = load_events(spark, source, field)  # projected, with its time as TIME
-        known = _known(source.known_at, events, before)
-        cut = _copied(events, askers, keys, (F.col(TIME) < before) & known, asked)
-        return EventSource(cut.drop(TIME), source.time_column, period=source.period)
-    partition = source.partition_column
-    snapshots = project(read_table(spark, source.snapshot_table), source, field,
-                        keep=(partition,))
-    day = partition_day(partition, snapshots.schema[partition].dataType)
-    cut_snapshots = _copied(snapshots, askers, keys, day_end_ms(day) <= before, asked)
-    if source.mutation_table is None:
-        return replace(source, snapshot_table=cut_snapshots, select=None, where=None)
-    happened = (source.mutation_time_column, source.is_before_column,
-                *([source.known_at] if source.known_at else []))
-    mutations = project(read_table(spark, source.mutation_table), source,
-                        f"{field}.mutation_table", keep=happened)
-    time = time_millis(source.mutation_time_column,
-                       mutations.schema[source.mutation_time_column].dataType)
-    cut_mutations = _copied(mutations, askers, keys,
-                            (time < before) & _known(source.known_at, mutations, before), asked)
-    return replace(source, snapshot_table=cut_snapshots, mutation_table=cut_mutations,
-                   select=None, where=None, known_at=None)
-
-
-def _known(known_at: str | None, frame: DataFrame, before: Column) -> Column:
-    """Return what is true of the rows known before ``before`` (all rows without ``known_at``)."""
-    if known_at is None:
-        return F.lit(True)
-    return time_millis(known_at, frame.schema[known_at].dataType) < before
-
-
-def _copied(frame: DataFrame, askers: DataFrame, keys: Sequence[str], kept: Column,
-            asked: str) -> DataFrame:
-    """Return ``frame``'s rows of each asker's keys for which ``kept`` holds, with its row."""
-    return frame.join(askers, list(keys), "inner").where(kept).drop(asked)
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:

@@ -16,13 +16,14 @@ needs its ``epoch_day`` folders deleted.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from timetile.core.timeutil import DAY_MS, ms_to_iso
-from timetile.spark.sources import literal_path, subfolders
+from timetile.spark.sources import copy_folder, literal_path, subfolders
 
 #: The partition column of stored partials: days since the epoch, UTC.
 EPOCH_DAY = "epoch_day"
@@ -32,6 +33,40 @@ def day_label(day: int) -> str:
     """Return the ISO date of an epoch day, for messages (its number outside years 1-9999)."""
     text = ms_to_iso(day * DAY_MS)
     return text[:10] if text[:1].isdigit() else f"epoch day {day}"
+
+
+def _folder_day(name: str) -> int | None:
+    """Return the day of a store's ``epoch_day=N`` folder; None for a folder of another name."""
+    prefix = f"{EPOCH_DAY}="
+    digits = name[len(prefix):]
+    return int(digits) if name.startswith(prefix) and digits.lstrip("-").isdigit() else None
+
+
+def copy_days(spark: SparkSession, source_root: str, target_root: str,
+              chosen: Callable[[int], bool]) -> int | None:
+    """Copy the stored days that ``chosen`` picks, of every GroupBy and signature, to a root.
+
+    Both roots are ``partials_path`` folders: the copy keeps the layout
+    (``{group_by}/{signature}/epoch_day=N``), so a backfill on ``target_root`` reuses the
+    copied days as its own. Returns how many day folders were copied, or None where the
+    session's file systems cannot be listed (Spark Connect). No Spark job: the driver
+    copies the files.
+    """
+    copied = 0
+    for group_by in subfolders(spark, source_root) or []:
+        for digest in subfolders(spark, f"{source_root}/{group_by}") or []:
+            folder = f"{group_by}/{digest}"
+            days = subfolders(spark, f"{source_root}/{folder}")
+            if days is None:
+                return None
+            for name in days:
+                day = _folder_day(name)
+                if day is not None and chosen(day):
+                    if not copy_folder(spark, f"{source_root}/{folder}/{name}",
+                                       f"{target_root}/{folder}/{name}"):
+                        return None
+                    copied += 1
+    return copied
 
 
 @dataclass(frozen=True)
@@ -54,9 +89,7 @@ class PartialStore:
         """
         names = subfolders(spark, self.location)
         if names is not None:
-            prefix = f"{EPOCH_DAY}="
-            return {int(name[len(prefix):]) for name in names
-                    if name.startswith(prefix) and name[len(prefix):].lstrip("-").isdigit()}
+            return {day for day in map(_folder_day, names) if day is not None}
         try:
             frame = spark.read.parquet(literal_path(self.location))
         except AnalysisException:  # nothing stored yet

@@ -78,6 +78,7 @@ KIND = "_tt_kind"
 HIGH = "_tt_high"
 WINDOW = "_tt_window"
 ORDER = "_tt_order"
+QUERY = "_tt_query"  # the time of the query a scan or tail request serves
 START = "_tt_start_"  # a window's start, by its index: _tt_start_0
 END = "_tt_end_"
 CUT = "_tt_cut_"  # a window's pieces, by name and index: _tt_cut_edge_hop_0
@@ -309,7 +310,8 @@ class HopPass:
     def _groups(self, table: pa.Table, aggregators: list[Aggregator[Any]]) -> pa.Table:
         """Return the stage-1 rows of a table of whole (key, hop) groups.
 
-        Per group its partial, and per request row its prefix or suffix state. The columns
+        Per group its partial, and per request row (one per query and window) its prefix or
+        suffix state. The columns
         are read out of Arrow once per table and each group folds a slice of them: O(rows)
         vectorized, then per group one ``fold`` of each aggregator and, where the group
         has requests, one ``update`` per distinct request bound.
@@ -354,15 +356,19 @@ class HopPass:
             partials.append(partial)
             scans.append(scanned)
         return pa.concat_tables([
-            self._rows(firsts, None, np.full(len(starts), PARTIAL), partials),
-            self._rows(requests, bounds, sides, scans)])
+            self._rows(firsts, np.full(len(starts), PARTIAL), partials, requested=False),
+            self._rows(requests, sides, scans, requested=True)])
 
-    def _rows(self, source: pa.Table, bounds: np.ndarray | None, sides: np.ndarray,
-              states: list[list[bytes]]) -> pa.Table:
-        """Stage-1 rows: ``source``'s keys and hop, then bounds, sides and state columns."""
+    def _rows(self, source: pa.Table, sides: np.ndarray, states: list[list[bytes]], *,
+              requested: bool) -> pa.Table:
+        """Stage-1 rows: ``source``'s keys and hop, sides and states; a request's query too.
+
+        A partial's row (``requested`` false) has null bound, query and window.
+        """
         columns = {name: source.column(name) for name in (*self.layout.keys, HOP)}
-        columns[BOUND] = pa.array(bounds, pa.int64()) if bounds is not None \
-            else pa.nulls(len(sides), pa.int64())
+        for name in (BOUND, QUERY, WINDOW):
+            columns[name] = (source.column(TIME if name == BOUND else name) if requested
+                             else pa.nulls(len(sides)))
         columns[SIDE] = pa.array(np.asarray(sides, dtype=np.int32))
         columns |= {state_column(index): pa.array(column, pa.binary())
                     for index, column in enumerate(states)}
@@ -389,7 +395,7 @@ class TailPass:
         self.schema = schema
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Yield one row per tail request of every whole key group of the partition."""
+        """Yield one row per tail request (a query's window) of every whole key group."""
         aggregators = self.layout.aggregators()
         return map_groups(batches, list(self.layout.keys), self.schema,
                           lambda group, rows: self._key(group, aggregators, rows))
@@ -403,9 +409,8 @@ class TailPass:
         hops = partials.column(HOP).to_numpy().astype(np.int64)
         lows = np.searchsorted(hops, requests.column(HOP).to_numpy().astype(np.int64))
         highs = np.searchsorted(hops, requests.column(HIGH).to_numpy().astype(np.int64))
-        copied = [*((key, key) for key in self.layout.keys), (HOP, BOUND), (HIGH, HIGH)]
-        for source, target in copied:
-            rows[target].extend(requests.column(source).to_pylist())
+        for name in (*self.layout.keys, QUERY, WINDOW):
+            rows[name].extend(requests.column(name).to_pylist())
         for index, aggregator in enumerate(aggregators):
             states = [aggregator.from_bytes(data)
                       for data in partials.column(state_column(index)).to_pylist()]
@@ -455,19 +460,27 @@ def _binary_fields(layout: TiledLayout) -> list[T.StructField]:
 def _hop_pass(layout: TiledLayout, events: DataFrame, requests: DataFrame | None,
               largest: Accumulator[tuple[int, str]] | None = None
               ) -> DataFrame:
-    """Stage 1: events (with :data:`HOP`) and scan requests, by (key, hop)."""
+    """Stage 1: events (with :data:`HOP`) and scan requests, by (key, hop).
+
+    A request row holds its bound as :data:`TIME`, its :data:`SIDE`, and the query and
+    window it serves.
+    """
     keys = list(layout.keys)
     key_fields = [events.schema[key] for key in keys]
     value_columns = [c for c in events.columns if c not in (*keys, TIME, HOP)]
     rows = events.select(*keys, HOP, TIME, F.lit(0).alias(KIND),
-                         F.lit(None).cast("int").alias(SIDE), *value_columns)
+                         F.lit(None).cast("int").alias(SIDE),
+                         F.lit(None).cast("bigint").alias(QUERY),
+                         F.lit(None).cast("int").alias(WINDOW), *value_columns)
     if requests is not None:
         rows = rows.unionByName(requests.select(
-            *keys, HOP, TIME, F.lit(1).alias(KIND), SIDE,
+            *keys, HOP, TIME, F.lit(1).alias(KIND), SIDE, QUERY, WINDOW,
             *[F.lit(None).cast(events.schema[c].dataType).alias(c) for c in value_columns]))
     schema = T.StructType([*key_fields, T.StructField(HOP, T.LongType()),
                            T.StructField(BOUND, T.LongType()),
-                           T.StructField(SIDE, T.IntegerType()), *_binary_fields(layout)])
+                           T.StructField(SIDE, T.IntegerType()),
+                           T.StructField(QUERY, T.LongType()),
+                           T.StructField(WINDOW, T.IntegerType()), *_binary_fields(layout)])
     return (sorted_by_groups(rows, [*keys, HOP], TIME, KIND)
             .mapInArrow(HopPass(layout, arrow_schema(schema, rows.sparkSession), largest), schema))
 
@@ -563,9 +576,12 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
         *keys, TIME, F.explode(_pieces(layout)).alias("p")).where(F.col("p").isNotNull()).select(
         *keys, TIME, F.col("p.w").alias(WINDOW), F.col("p.o").alias(ORDER),
         F.col("p.hop").alias(HOP), F.col("p.bound").alias(BOUND), F.col("p.high").alias(HIGH))
+    # Every request carries the query and window it serves, so that each stage's answers
+    # go straight to the assembly: no join matches them back to their queries.
     scans = pieces.where(F.col(ORDER).isin(EDGE, HEAD)).select(
         *keys, HOP, F.col(BOUND).alias(TIME),
-        F.when(F.col(ORDER) == HEAD, PREFIX).otherwise(SUFFIX).alias(SIDE)).distinct()
+        F.when(F.col(ORDER) == HEAD, PREFIX).otherwise(SUFFIX).alias(SIDE),
+        F.col(TIME).alias(QUERY), WINDOW)
     events = plan.events.withColumn(HOP, COLUMNS.floor(F.col(TIME), layout.hop_ms))
     # Few queries: a broadcast join keeps only the rows of queried keys, before any shuffle
     # (a store's partials are kept whole: a later backfill may ask for other keys).
@@ -590,35 +606,35 @@ def tiled_features(plan: PartPlan, queries: DataFrame,
         partials = _stored_partials(layout, plan, events, options, largest)
         if asked_keys is not None:
             partials = partials.join(asked_keys, keys, "left_semi")
-        requested = events.join(scans.select(*keys, HOP).distinct(), on=[*keys, HOP],
-                                how="left_semi")
+        requested = events.join(scans.select(*keys, HOP), on=[*keys, HOP], how="left_semi")
         stage1 = _hop_pass(layout, requested, scans, largest)
 
     # Stage 2: tail pass over hop partials and tail requests, by key.
     tails = pieces.where(F.col(ORDER) == TAIL).select(
-        *keys, F.col(BOUND).alias(HOP), HIGH, F.lit(1).alias(KIND),
-        *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns]).distinct()
-    stage2_schema = T.StructType([*key_fields, T.StructField(BOUND, T.LongType()),
-                                  T.StructField(HIGH, T.LongType()), *_binary_fields(layout)])
+        *keys, F.col(BOUND).alias(HOP), HIGH, F.lit(1).alias(KIND), F.col(TIME).alias(QUERY),
+        WINDOW, *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns])
+    stage2_schema = T.StructType([*key_fields, T.StructField(QUERY, T.LongType()),
+                                  T.StructField(WINDOW, T.IntegerType()),
+                                  *_binary_fields(layout)])
     partials_and_tails = partials.select(
         *keys, HOP, F.lit(None).cast("bigint").alias(HIGH), F.lit(0).alias(KIND),
+        F.lit(None).cast("bigint").alias(QUERY), F.lit(None).cast("int").alias(WINDOW),
         *layout.state_columns).unionByName(tails)
     stage2 = (sorted_by_groups(partials_and_tails, keys, KIND, HOP)
               .mapInArrow(TailPass(layout, arrow_schema(stage2_schema, spark)), stage2_schema))
 
-    # Stage 3: assembly.
-    scanned = stage1.where(F.col(SIDE) != PARTIAL).withColumn(
-        ORDER, F.when(F.col(SIDE) == PREFIX, HEAD).otherwise(EDGE)).drop(SIDE)
-    with_scans = pieces.where(F.col(ORDER).isin(EDGE, HEAD)).join(
-        scanned, on=[*keys, HOP, BOUND, ORDER], how="left")
-    with_tails = pieces.where(F.col(ORDER) == TAIL).join(
-        stage2, on=[*keys, BOUND, HIGH], how="left")
+    # Stage 3: assembly of each query's anchor, edges, tails and heads.
+    columns = [*keys, TIME, WINDOW, ORDER, *layout.state_columns]
+    scanned = stage1.where(F.col(SIDE) != PARTIAL).select(
+        *keys, F.col(QUERY).alias(TIME), WINDOW,
+        F.when(F.col(SIDE) == PREFIX, HEAD).otherwise(EDGE).alias(ORDER), *layout.state_columns)
+    tailed = stage2.select(*keys, F.col(QUERY).alias(TIME), WINDOW, F.lit(TAIL).alias(ORDER),
+                           *layout.state_columns)
     anchors = pieces.where(F.col(ORDER) == ANCHOR).select(
         *keys, TIME, WINDOW, ORDER,
         *[F.lit(None).cast("binary").alias(c) for c in layout.state_columns])
-    columns = [*keys, TIME, WINDOW, ORDER, *layout.state_columns]
-    assembled = sorted_by_groups(anchors.unionByName(with_scans.select(*columns))
-                                 .unionByName(with_tails.select(*columns)),
+    assembled = sorted_by_groups(anchors.select(*columns).unionByName(scanned.select(*columns))
+                                 .unionByName(tailed.select(*columns)),
                                  [*keys, TIME], WINDOW, ORDER)
     schema = output_schema(plan, queries)
     return assembled.mapInArrow(Assembly(layout, arrow_schema(schema, spark)), schema)
