@@ -14,6 +14,11 @@ before ``e``). Three Spark stages compute them:
    each tail in O(1) or O(log n) merges.
 3. *assembly* — each query's edge, tail and head states merged in time order and finalized.
 
+Each head, edge and tail request is one per (query, window) and carries the query's time and
+the window's index, so the answers of stages 1 and 2 go straight into the assembly's sort:
+no distinct and no join matches them back to their queries (two windows sharing a bound
+each get their own scan answer, a small price against a shuffle of every state).
+
 Every stage streams sorted partitions through ``mapInArrow``
 (:mod:`timetile.spark.sorted_groups`): Spark calls Python once per batch, not once per group
 (as grouped UDFs would), but the merging scans themselves still run in Python for each
