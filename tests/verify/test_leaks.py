@@ -7,6 +7,7 @@ whose rows are known at once give no leak, so a report that flagged everything w
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,9 @@ def test_late_events_and_late_mutations_are_leaks_and_prompt_ones_are_not(
                     tt.GroupBy("prompt", tt.EventSource(prompt, known_at="ingested"),
                                ["user_id"], [tt.Aggregation("amount", "sum", windows=["1d"])]),
                     tt.GroupBy("account", accounts, ["user_id"],
-                               [tt.Aggregation("balance", "sum")])])
+                               [tt.Aggregation("balance", "sum")]),
+                    tt.GroupBy("row", replace(accounts, select=["user_id", "tier"]),
+                               ["user_id"])])  # a lookup: the key's row
 
     report = tt.verify(join, spark, "2024-01-02", "2024-01-02", tilings="one", leaks=True,
                        output=tmp_path)
@@ -62,12 +65,13 @@ def test_late_events_and_late_mutations_are_leaks_and_prompt_ones_are_not(
     leaking = {entry.feature: entry for entry in report.features
                if entry.tiling == KNOWN_BEFORE}
     assert {name for name, entry in leaking.items() if entry.mismatches} == {
-        "late_amount_sum_1d", "late_item_last", "account_balance_sum"}
+        "late_amount_sum_1d", "late_item_last", "account_balance_sum", "row_tier"}
     assert all(entry.compared == report.rows for entry in leaking.values())
     moved = leaking["late_amount_sum_1d"].moved
     assert moved is not None
     assert moved > 0
-    assert "leaks: account_balance_sum, late_amount_sum_1d, late_item_last" in report.summary()
+    assert "leaks: account_balance_sum, late_amount_sum_1d, late_item_last, row_tier" in (
+        report.summary())
     assert KNOWN_BEFORE in (tmp_path / "report.md").read_text()
     rows = pq.read_table(tmp_path / "mismatches.parquet").to_pylist()
     assert {row["tiling"] for row in rows} == {KNOWN_BEFORE}
@@ -124,3 +128,17 @@ def test_known_at_naming_a_missing_or_non_time_column_is_refused_before_any_job(
         tt.EntitySource("snapshots", known_at="known")  # no mutation table
     with pytest.raises(DefinitionError, match="known_at"):
         tt.EventSource("events", known_at="")
+
+
+def test_a_cut_entity_source_keeps_a_lookups_columns(spark: Any) -> None:
+    """A lookup's columns are its source's selected ones: a cut (by a tiling or per row)
+    keeps the select's names, so the lookup outputs the same columns."""
+    from timetile.verify.cuts import Cut, source_as_of
+
+    entities = random_entities(3, seed=81, days=1)
+    accounts = tt.EntitySource(to_spark(spark, entities.snapshots),
+                               mutation_table=to_spark(spark, entities.mutations),
+                               select={"user_id": "user_id", "level": "upper(tier)"})
+    lookup = tt.GroupBy("row", accounts, ["user_id"])
+    cut = source_as_of(spark, accounts, "parts[0].source", Cut(F.lit(1_704_153_600_000)))
+    assert replace(lookup, source=cut).lookup_columns == lookup.lookup_columns == ("level",)

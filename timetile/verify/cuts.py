@@ -63,8 +63,10 @@ class Cut:
 
 def source_as_of(spark: SparkSession, source: EventSource | EntitySource, field: str,
                  cut: Cut) -> EventSource | EntitySource:
-    """Return ``source`` as it stood at ``cut`` (see the module), projected: no select or where.
+    """Return ``source`` as it stood at ``cut`` (see the module), its rows projected.
 
+    The result has no ``where`` (applied); an entity source keeps a ``select`` of the
+    selected names (and the askers' columns), which is what names a lookup's columns.
     ``field`` names the source in errors (``parts[0].source``). No job runs.
     """
     before = cut.before
@@ -78,8 +80,14 @@ def source_as_of(spark: SparkSession, source: EventSource | EntitySource, field:
                         keep=(partition,))
     day = partition_day(partition, snapshots.schema[partition].dataType)
     kept_snapshots = cut.rows(snapshots, day_end_ms(day) <= before)
+    # Selected already; a select of the same names keeps a lookup's columns (the selected
+    # ones) and the askers' columns.
+    added = [] if cut.askers is None else [
+        name for name in cut.askers.columns if name not in (*cut.keys, *cut.drop)]
+    select = (None if source.projection is None
+              else [*(name for name, _ in source.projection), *added])
     if source.mutation_table is None:
-        return replace(source, snapshot_table=kept_snapshots, select=None, where=None)
+        return replace(source, snapshot_table=kept_snapshots, select=select, where=None)
     happened = (source.mutation_time_column, source.is_before_column,
                 *([source.known_at] if source.known_at else []))
     mutations = project(read_table(spark, source.mutation_table), source,
@@ -89,4 +97,4 @@ def source_as_of(spark: SparkSession, source: EventSource | EntitySource, field:
     kept_mutations = cut.rows(mutations, (time < before)
                               & cut.known_before(source.known_at, mutations))
     return replace(source, snapshot_table=kept_snapshots, mutation_table=kept_mutations,
-                   select=None, where=None)
+                   select=select, where=None)
