@@ -6,8 +6,10 @@ time. :func:`verify` samples left rows of a range, then runs each tiling
 rows in it over the sources **as they stood at b** (events before ``b``; an entity's
 mutations before ``b`` and the snapshots of days that ended by ``b``), the incremental
 tilings on hop partials stored by the segments before (a store of their own, told that
-events landed before ``b`` only, so a cut day is never stored part-landed). Then it compares
-every feature of every sampled row, on the executors:
+events landed before ``b`` only, so a cut day is never stored part-landed; the days before
+the range are copied from the first such store). With ``leaks``, one more backfill computes
+each sampled row over its own cut at its time (:mod:`timetile.verify.leaks`), compared as
+one more tiling. Then it compares every feature of every sampled row, on the executors:
 
 - exact ops (and derivations) against the reference tiling, the first one named, with
   :func:`~timetile.core.equality.same_value` (floats to 1e-9 relative, NaN equals NaN);
@@ -21,8 +23,9 @@ and the left rows' times (at most ``sample`` numbers, to skip segments without a
 
 Cost: one sampling pass over the left source; per tiling, one backfill per segment that
 holds a sampled row (each plans and counts its input, so a backfill's fixed cost of a few
-seconds on local Spark multiplies by the days of a ``daily`` tiling); the oracle over the
-sampled rows when the Join has approximate ops; one comparison job. Work files (the sampled
+seconds on local Spark multiplies by the days of a ``daily`` tiling); with ``leaks``, one
+backfill over copies of each sampled row's sources; the oracle over the sampled rows when
+the Join has approximate ops; one comparison job. Work files (the sampled
 rows, each tiling's output, stored partials) live in a temporary local folder, removed at the
 end, or in a new ``run-…`` folder of ``work_dir`` when given, kept (on a cluster, give a
 folder every executor can reach).
