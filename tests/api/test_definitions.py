@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import ClassVar
 
@@ -195,6 +196,11 @@ class TestSources:
         assert source.select == (("amount", "price * 2"), ("ts", "ts"))
         assert source.where == ("price > 0",)
         assert tt.EventSource("t", select=["a", "ts"]).select == (("a", "a"), ("ts", "ts"))
+        entity = tt.EntitySource("s", select={"user_id": "user_id", "level": "upper(tier)"})
+        copied = dataclasses.replace(entity, snapshot_table="other")  # normalized again
+        assert copied.select == entity.select == (("user_id", "user_id"),
+                                                  ("level", "upper(tier)"))
+        assert dataclasses.replace(source, table="u").select == source.select
 
     @pytest.mark.parametrize(
         ("arguments", "match"),

@@ -142,3 +142,31 @@ def test_a_cut_entity_source_keeps_a_lookups_columns(spark: Any) -> None:
     lookup = tt.GroupBy("row", accounts, ["user_id"])
     cut = source_as_of(spark, accounts, "parts[0].source", Cut(F.lit(1_704_153_600_000)))
     assert replace(lookup, source=cut).lookup_columns == lookup.lookup_columns == ("level",)
+
+
+def test_snapshot_days_stay_listed_when_no_row_of_them_is_asked_for(
+        spark: Any, tmp_path: Path) -> None:
+    """The backfill lists an entity's snapshot days before its ``where``: a day whose rows
+    the ``where`` drops, or whose rows are all of keys no sampled row asks for, still exists
+    (it is not a missing snapshot). Each row's own cut keeps every day listed, so nothing
+    differs: no false leak. And a lookup's columns stay the same under the rewrite."""
+    from timetile.verify.leaks import as_known
+
+    entities = random_entities(3, seed=91, days=2)
+    snapshots = to_spark(spark, entities.snapshots)
+    mutations = to_spark(spark, entities.mutations)
+    nothing = tt.EntitySource(snapshots, mutation_table=mutations, where="balance > 1e18")
+    accounts = tt.EntitySource(snapshots, mutation_table=mutations,
+                               select={"user_id": "user_id", "level": "upper(tier)"})
+    left = spark.createDataFrame(
+        [(99, 1_704_160_800_000 + hour * 3_600_000) for hour in range(6)],  # 2024-01-02
+        "user_id long, ts long")
+    join = tt.Join("unasked", tt.EventSource(left), [
+        tt.GroupBy("nothing", nothing, ["user_id"], [tt.Aggregation("balance", "count")]),
+        tt.GroupBy("account", accounts, ["user_id"], [tt.Aggregation("level", "count")]),
+        tt.GroupBy("row", accounts, ["user_id"])])
+    report = tt.verify(join, spark, "2024-01-02", "2024-01-02", tilings="one", leaks=True)
+    assert report.passed, report.markdown()
+    rewritten = as_known(join, spark, left.withColumn("n", F.lit(0)), "n", "ts")
+    assert [part.group_by.lookup_columns for part in rewritten.join_parts] == [
+        part.group_by.lookup_columns for part in join.join_parts]

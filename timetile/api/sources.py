@@ -29,6 +29,9 @@ def _normalize_select(owner: str, select: object) -> Projection | None:
         )
     if isinstance(select, Mapping):
         pairs = tuple(select.items())
+    elif isinstance(select, tuple) and select and all(
+            isinstance(pair, tuple) and len(pair) == 2 for pair in select):
+        pairs = select  # normalized already: a source copied by dataclasses.replace
     elif isinstance(select, Sequence):
         pairs = tuple((column, column) for column in select)
     else:

@@ -63,11 +63,12 @@ class Cut:
 
 def source_as_of(spark: SparkSession, source: EventSource | EntitySource, field: str,
                  cut: Cut) -> EventSource | EntitySource:
-    """Return ``source`` as it stood at ``cut`` (see the module), its rows projected.
+    """Return ``source`` as it stood at ``cut`` (see the module).
 
-    The result has no ``where`` (applied); an entity source keeps a ``select`` of the
-    selected names (and the askers' columns), which is what names a lookup's columns.
-    ``field`` names the source in errors (``parts[0].source``). No job runs.
+    ``field`` names the source in errors (``parts[0].source``). No job runs. An event
+    source comes back projected. An entity source cut once keeps its raw tables, cut, and
+    its own ``select`` and ``where``: its snapshot days are listed before ``where``, as the
+    backfill lists them. Cut per asker, see :func:`_entity_per_asker`.
     """
     before = cut.before
     if isinstance(source, EventSource):
@@ -75,26 +76,57 @@ def source_as_of(spark: SparkSession, source: EventSource | EntitySource, field:
         kept = cut.rows(events, (F.col(TIME) < before)
                         & cut.known_before(source.known_at, events))
         return EventSource(kept.drop(TIME), source.time_column, period=source.period)
+    if cut.askers is not None:
+        return _entity_per_asker(spark, source, field, cut)
+    snapshots = read_table(spark, source.snapshot_table)
     partition = source.partition_column
-    snapshots = project(read_table(spark, source.snapshot_table), source, field,
-                        keep=(partition,))
     day = partition_day(partition, snapshots.schema[partition].dataType)
-    kept_snapshots = cut.rows(snapshots, day_end_ms(day) <= before)
-    # Selected already; a select of the same names keeps a lookup's columns (the selected
-    # ones) and the askers' columns.
-    added = [] if cut.askers is None else [
-        name for name in cut.askers.columns if name not in (*cut.keys, *cut.drop)]
-    select = (None if source.projection is None
-              else [*(name for name, _ in source.projection), *added])
+    ended = replace(source, snapshot_table=snapshots.where(day_end_ms(day) <= before))
     if source.mutation_table is None:
-        return replace(source, snapshot_table=kept_snapshots, select=select, where=None)
+        return ended
+    mutations = read_table(spark, source.mutation_table)
+    time = time_millis(source.mutation_time_column,
+                       mutations.schema[source.mutation_time_column].dataType)
+    return replace(ended, mutation_table=mutations.where(
+        (time < before) & cut.known_before(source.known_at, mutations)))
+
+
+#: The column marking :func:`_entity_per_asker`'s rows that only say a snapshot day exists.
+DAY_MARK = "verify_snapshot_day"
+
+
+def _entity_per_asker(spark: SparkSession, source: EntitySource, field: str,
+                      cut: Cut) -> EntitySource:
+    """Return an entity source whose rows are each asker's cut, under the askers' columns.
+
+    The rows are projected first (the keys to join on may be the ``select``'s), so the
+    result selects the projected names and the askers' columns. The backfill lists a
+    source's snapshot days before its ``where``, and an asker's copies cover only the days
+    its key had rows: one row per snapshot day, marked by :data:`DAY_MARK` and filtered out
+    by the result's ``where``, keeps every day of the source listed, so that no day reads
+    as missing.
+    """
+    partition = source.partition_column
+    raw = read_table(spark, source.snapshot_table)
+    snapshots = project(raw, source, field, keep=(partition,))
+    day = partition_day(partition, snapshots.schema[partition].dataType)
+    copied = cut.rows(snapshots, day_end_ms(day) <= cut.before)
+    marks = raw.select(partition).distinct().select(
+        *(F.col(name) if name == partition else F.lit(None).cast(copied.schema[name].dataType)
+          .alias(name) for name in copied.columns), F.lit(True).alias(DAY_MARK))
+    cut_snapshots = copied.withColumn(DAY_MARK, F.lit(None).cast("boolean")).unionByName(marks)
+    select = [name for name in copied.columns if name != partition]
+    kept = replace(source, snapshot_table=cut_snapshots, select=select,
+                   where=[f"`{DAY_MARK}` IS NULL"])
+    if source.mutation_table is None:
+        return kept
     happened = (source.mutation_time_column, source.is_before_column,
                 *([source.known_at] if source.known_at else []))
     mutations = project(read_table(spark, source.mutation_table), source,
                         f"{field}.mutation_table", keep=happened)
     time = time_millis(source.mutation_time_column,
                        mutations.schema[source.mutation_time_column].dataType)
-    kept_mutations = cut.rows(mutations, (time < before)
-                              & cut.known_before(source.known_at, mutations))
-    return replace(source, snapshot_table=kept_snapshots, mutation_table=kept_mutations,
-                   select=select, where=None)
+    copied_mutations = cut.rows(mutations, (time < cut.before)
+                                & cut.known_before(source.known_at, mutations))
+    return replace(kept, mutation_table=copied_mutations.withColumn(
+        DAY_MARK, F.lit(None).cast("boolean")))

@@ -76,6 +76,9 @@ def as_known(join: Join, spark: SparkSession, rows: DataFrame, row: str,
         cut = Cut(F.col(asked), known=True, askers=_union(askers), keys=group_by.keys,
                   drop=(asked,))
         source = source_as_of(spark, group_by.source, f"parts[{indexes[0]}].source", cut)
+        if group_by.is_lookup and source.projection is not None:  # its values, not its keys
+            source = replace(source, select=[column for column, _ in source.projection
+                                             if column not in group_by.keys])
         rewritten[name] = replace(group_by, source=source, keys=[row_key, part_key])
     parts = [JoinPart(rewritten[part.group_by.name], prefix=part.prefix,
                       key_mapping={row_key: row_key, part_columns[index]: part_key})
