@@ -53,13 +53,13 @@ def copy_days(spark: SparkSession, source_root: str, target_root: str,
     copies the files.
     """
     copied = 0
-    for group_by in subfolders(spark, source_root) or []:
+    group_bys = subfolders(spark, source_root)
+    if group_bys is None:
+        return None
+    for group_by in group_bys:
         for digest in subfolders(spark, f"{source_root}/{group_by}") or []:
             folder = f"{group_by}/{digest}"
-            days = subfolders(spark, f"{source_root}/{folder}")
-            if days is None:
-                return None
-            for name in days:
+            for name in subfolders(spark, f"{source_root}/{folder}") or []:
                 day = _folder_day(name)
                 if day is not None and chosen(day):
                     if not copy_folder(spark, f"{source_root}/{folder}/{name}",
