@@ -119,7 +119,7 @@ def test_partials_of_an_older_state_form_are_never_read(spark: Any,
     """A changed state form (moments' version 2, with the mean's low word) changes the
     signature that stored partials live under; ops whose form never changed keep theirs."""
     from timetile.core.aggregators.moments import Variance
-    from timetile.offline.executors.tiled import TiledLayout
+    from timetile.offline.executors.tiled_layout import TiledLayout
     from timetile.offline.plan import plan_backfill
 
     events = spark.createDataFrame([(1, 10, 1.0)], "u long, ts long, amount double")

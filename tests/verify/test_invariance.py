@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import timetile as tt
 from timetile.cli.app import app
 from timetile.cli.verify import MISMATCH_EXIT
-from timetile.offline.executors import tiled
+from timetile.offline.executors import tiled, tiled_layout
 from timetile.testing import random_entities, random_events, random_queries, to_spark
 from timetile.verify.tilings import KNOWN_BEFORE
 
@@ -122,7 +122,7 @@ def test_a_window_end_made_inclusive_on_one_path_is_caught_and_named(
     real = tiled._bounds
 
     def inclusive(layout: Any) -> dict[str, Column]:
-        return {name: column + F.lit(1) if name.startswith(tiled.END) else column
+        return {name: column + F.lit(1) if name.startswith(tiled_layout.END) else column
                 for name, column in real(layout).items()}
 
     monkeypatch.setattr(tiled, "_bounds", inclusive)

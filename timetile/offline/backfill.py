@@ -45,7 +45,7 @@ from timetile.offline.executors import (
     route,
 )
 from timetile.offline.executors.entity import entity_output_fields
-from timetile.offline.executors.tiled import partials_problem
+from timetile.offline.executors.tiled_layout import partials_problem
 from timetile.offline.hot_keys import KeySplit, find_hot_keys, part_reach, worth_tallying
 from timetile.offline.input_checks import check_input, snapshot_days
 from timetile.offline.options import (

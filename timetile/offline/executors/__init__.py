@@ -29,7 +29,8 @@ from timetile.offline.executors.entity import entity_features
 from timetile.offline.executors.interval_tree import interval_tree_features
 from timetile.offline.executors.reference import reference_features
 from timetile.offline.executors.sweep import sweep_features, sweeps
-from timetile.offline.executors.tiled import tileable, tiled_features
+from timetile.offline.executors.tiled import tiled_features
+from timetile.offline.executors.tiled_layout import tileable
 from timetile.offline.options import AUTO, BROADCAST_QUERY_LIMIT
 from timetile.offline.plan import AnyPartPlan, ExecutorOptions, Feature, Source
 

@@ -26,7 +26,7 @@ from timetile.core.aggregators import Aggregator
 from timetile.core.aggregators.base import ResultOverflowError
 from timetile.core.tiling import QueryTiling
 from timetile.offline.executors.features import feature_values, output_schema, refused
-from timetile.offline.executors.tiled import TiledLayout
+from timetile.offline.executors.tiled_layout import TiledLayout
 from timetile.offline.plan import ExecutorOptions, PartPlan, query_bounds
 from timetile.spark.result_types import arrow_schema, arrow_value
 from timetile.spark.sorted_groups import Rows, group_bounds, map_groups, sorted_by_groups

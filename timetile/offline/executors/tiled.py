@@ -30,191 +30,56 @@ reference executor and the online fetcher.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.accumulators import Accumulator, AccumulatorParam
+from pyspark.accumulators import Accumulator
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from timetile.api.windows import window_spec
-from timetile.core.aggregators import Aggregator
-from timetile.core.aggregators.base import ResultOverflowError
-from timetile.core.tiling import (
-    choose_hop,
-    prefix_states,
-    range_index,
-    suffix_states,
-    window_pieces,
-)
-from timetile.core.timeutil import DAY_MS, ms_to_iso
-from timetile.core.windows import WindowKind, window_span
-from timetile.offline.executors.features import (
-    build_aggregator,
-    kept_feature_values,
-    output_schema,
-    refused,
-)
+from timetile.core.tiling import window_pieces
+from timetile.core.timeutil import DAY_MS
+from timetile.core.windows import window_span
+from timetile.offline.executors.features import output_schema
 from timetile.offline.executors.partial_store import EPOCH_DAY, PartialStore, day_label
-from timetile.offline.options import BROADCAST_QUERY_LIMIT
-from timetile.offline.plan import ExecutorOptions, Feature, PartPlan
-from timetile.spark.result_types import arrow_schema, arrow_value
-from timetile.spark.sorted_groups import (
-    Rows,
-    group_starts,
-    map_groups,
-    sorted_by_groups,
-    whole_groups,
+from timetile.offline.executors.tiled_layout import (
+    ANCHOR,
+    BOUND,
+    CUT,
+    EDGE,
+    END,
+    HEAD,
+    HIGH,
+    HOP,
+    KIND,
+    ORDER,
+    PARTIAL,
+    PREFIX,
+    QUERY,
+    SIDE,
+    START,
+    SUFFIX,
+    TAIL,
+    WINDOW,
+    TiledLayout,
+    partials_problem,
 )
+from timetile.offline.executors.tiled_passes import (
+    Assembly,
+    HopPass,
+    LargestGroup,
+    TailPass,
+    largest_group_gauge,
+)
+from timetile.offline.options import BROADCAST_QUERY_LIMIT
+from timetile.offline.plan import ExecutorOptions, PartPlan
+from timetile.spark.result_types import arrow_schema
+from timetile.spark.sorted_groups import sorted_by_groups
 from timetile.spark.sources import TIME, epoch_day, table_identity
 from timetile.spark.time_columns import COLUMNS
 
 log = logging.getLogger(__name__)
-
-HOP = "_tt_hop"
-BOUND = "_tt_bound"
-SIDE = "_tt_side"
-KIND = "_tt_kind"
-HIGH = "_tt_high"
-WINDOW = "_tt_window"
-ORDER = "_tt_order"
-QUERY = "_tt_query"  # the time of the query a scan or tail request serves
-START = "_tt_start_"  # a window's start, by its index: _tt_start_0
-END = "_tt_end_"
-CUT = "_tt_cut_"  # a window's pieces, by name and index: _tt_cut_edge_hop_0
-
-#: What a stage-1 output row holds: a hop's partial, a head's prefix, an edge's suffix.
-PARTIAL, PREFIX, SUFFIX = 0, 1, 2
-#: Order in which a window's pieces are merged: edge, tail, head (time order).
-ANCHOR, EDGE, TAIL, HEAD = 0, 1, 2, 3
-
-
-def state_column(index: int) -> str:
-    """Name the column holding the state bytes of the ``index``-th distinct aggregator."""
-    return f"_tt_state_{index}"
-
-
-@dataclass(frozen=True)
-class TiledLayout:
-    """What the stages share: the part's distinct aggregators, windows and hop size."""
-
-    keys: tuple[str, ...]
-    features: tuple[Feature, ...]
-    aggregations: tuple[Feature, ...]  # one representative feature per distinct aggregator
-    feature_aggregator: tuple[int, ...]  # feature index → aggregator index
-    windows: tuple[Any, ...]  # distinct windows (None = lifetime)
-    feature_window: tuple[int, ...]  # feature index → window index
-
-    @classmethod
-    def of(cls, plan: PartPlan) -> TiledLayout:
-        """Index a part's features by distinct aggregator and window."""
-        aggregator_ids: dict[tuple[Any, ...], int] = {}
-        window_ids: dict[Any, int] = {}
-        representatives: list[Feature] = []
-        for feature in plan.features:
-            if feature.aggregator_key not in aggregator_ids:
-                aggregator_ids[feature.aggregator_key] = len(aggregator_ids)
-                representatives.append(feature)
-            window_ids.setdefault(feature.window, len(window_ids))
-        return cls(
-            keys=tuple(plan.keys),
-            features=plan.features,
-            aggregations=tuple(representatives),
-            feature_aggregator=tuple(aggregator_ids[f.aggregator_key] for f in plan.features),
-            windows=tuple(window_ids),
-            feature_window=tuple(window_ids[f.window] for f in plan.features),
-        )
-
-    @property
-    def hop_ms(self) -> int:
-        """The hop size of the tiled pass, computed when asked.
-
-        The interval tree shares this layout and never asks: it takes windows of any length.
-
-        Raises:
-            ValueError: a sliding window shorter than two hops (:meth:`hop_problem`).
-
-        """
-        hop, problem = self._hop()
-        if problem is not None:
-            raise ValueError(f"{problem}: use executor 'auto' or 'interval_tree' for them")
-        return hop
-
-    @property
-    def hop_problem(self) -> str | None:
-        """Say why no hop suits the windows (None when one does).
-
-        :func:`~timetile.core.tiling.choose_hop` keeps sliding windows at least four hops
-        long where it can, and aligns sawtooth and hopping starts to the hop; a sliding
-        window of less than two hops (1 ms, say) would need
-        :func:`~timetile.core.tiling.split_windows`'s ``inner`` pieces, which the tiled pass
-        has not got. O(windows).
-        """
-        return self._hop()[1]
-
-    def _hop(self) -> tuple[int, str | None]:
-        """Return the hop :func:`~timetile.core.tiling.choose_hop` picks, and its problem."""
-        specs = [window_spec(window) for window in self.windows]
-        hop = choose_hop(specs)
-        short = [length for kind, length, _ in specs
-                 if kind is WindowKind.SLIDING and length is not None and length < 2 * hop]
-        if short:
-            return hop, (f"the tiled executor's hop of {hop} ms leaves sliding windows of "
-                         f"{short} ms without whole hops")
-        return hop, None
-
-    @property
-    def signature(self) -> str:
-        """What stored hop partials depend on: hop size, aggregations, their states' forms.
-
-        A form is :attr:`~timetile.core.aggregators.base.Aggregator.state_version`.
-        """
-        parts = [(f.aggregation.column, f.aggregation.op, f.aggregation.k,
-                  f.aggregation.percentiles, f.input_type.value, f.bucket)
-                 # only a changed form adds its version: the other ops' partials stay valid
-                 + ((aggregator.state_version,) if aggregator.state_version > 1 else ())
-                 + (() if f.aggregation.half_life is None else (f.aggregation.half_life,))
-                 for f, aggregator in zip(self.aggregations, self.aggregators(), strict=True)]
-        return repr((self.hop_ms, parts))
-
-    def aggregators(self) -> list[Aggregator[Any]]:
-        """Fresh aggregators, one per distinct aggregation (built in each task)."""
-        return [build_aggregator(feature) for feature in self.aggregations]
-
-    @property
-    def state_columns(self) -> list[str]:
-        """The state columns, one per distinct aggregator."""
-        return [state_column(i) for i in range(len(self.aggregations))]
-
-
-def tileable(plan: PartPlan) -> bool:
-    """Whether the tiled executor can compute ``plan``: a hop fits all its windows.
-
-    A 1 ms sliding window has none (:attr:`TiledLayout.hop_problem`).
-    """
-    return TiledLayout.of(plan).hop_problem is None
-
-
-def partials_problem(plan: PartPlan) -> str | None:
-    """Say why ``plan``'s hop partials cannot be stored (None when they can).
-
-    A stored day holds whole hops, so the tiled pass must have a hop, and one that divides a
-    day. No job runs.
-    """
-    name = plan.part.group_by.name
-    layout = TiledLayout.of(plan)
-    if layout.hop_problem is not None:
-        return f"GroupBy {name!r}: {layout.hop_problem}"
-    hop = layout.hop_ms
-    if DAY_MS % hop:
-        return (f"GroupBy {name!r}: its windows' hop is {hop:,} ms, which does not divide a "
-                "day, and a stored day must hold whole hops")
-    return None
 
 
 def _bounds(layout: TiledLayout) -> dict[str, Column]:
@@ -270,192 +135,6 @@ def _pieces(layout: TiledLayout) -> Column:
                            make(TAIL, null, cut("tail_lo"), cut("tail_hi"))))
         made.append(F.when(cut("head"), make(HEAD, cut("head_hop"), end, null)))
     return F.array(*made).cast(f"array<{piece}>")
-
-
-class LargestGroup(AccumulatorParam[tuple[int, str]]):
-    """A Spark accumulator of the largest (key, hop) group: (events, description)."""
-
-    def zero(self, value: tuple[int, str]) -> tuple[int, str]:
-        """Return no group."""
-        del value
-        return (0, "")
-
-    def addInPlace(  # noqa: N802  (PySpark's name)
-        self, value1: tuple[int, str], value2: tuple[int, str]
-    ) -> tuple[int, str]:
-        """Keep the larger group (idempotent, so retried tasks do no harm)."""
-        return max(value1, value2)
-
-
-def largest_group_gauge(accumulator: Accumulator[tuple[int, str]]) -> Callable[[], str | None]:
-    """Render the accumulator for the job report; None until a task has run."""
-
-    def read() -> str | None:
-        events, where = accumulator.value
-        return f"{events:,} events at {where}" if events else None
-
-    return read
-
-
-class HopPass:
-    """Stage 1 over one partition: per (key, hop), the partial and the requested scans."""
-
-    def __init__(self, layout: TiledLayout, schema: pa.Schema,
-                 largest: Accumulator[tuple[int, str]] | None = None) -> None:
-        self.layout = layout
-        self.schema = schema
-        self.largest = largest
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Yield stage-1 rows for every whole (key, hop) group of the partition."""
-        aggregators = self.layout.aggregators()
-        for table in whole_groups(batches, [*self.layout.keys, HOP]):
-            yield from self._groups(table, aggregators).to_batches()
-
-    def _groups(self, table: pa.Table, aggregators: list[Aggregator[Any]]) -> pa.Table:
-        """Return the stage-1 rows of a table of whole (key, hop) groups.
-
-        Per group its partial, and per request row (one per query and window) its prefix or
-        suffix state. The columns
-        are read out of Arrow once per table and each group folds a slice of them: O(rows)
-        vectorized, then per group one ``fold`` of each aggregator and, where the group
-        has requests, one ``update`` per distinct request bound.
-        """
-        starts = group_starts(table, [*self.layout.keys, HOP])
-        is_request = table.column(KIND).to_numpy(zero_copy_only=False) == 1
-        events = table.filter(pa.array(~is_request))
-        requests = table.filter(pa.array(is_request))
-        event_cuts = _group_cuts(~is_request, starts)  # group g: events[cuts[g]:cuts[g + 1]]
-        request_cuts = _group_cuts(is_request, starts)
-        times = events.column(TIME).to_numpy().astype(np.int64)
-        bounds = requests.column(TIME).to_numpy().astype(np.int64)
-        sides = requests.column(SIDE).to_numpy(zero_copy_only=False)
-        firsts = table.take(pa.array(starts))
-        if self.largest is not None and len(starts):
-            sizes = np.diff(event_cuts)
-            most = int(np.argmax(sizes))
-            keys = tuple(firsts.column(key)[most].as_py() for key in self.layout.keys)
-            hop = ms_to_iso(firsts.column(HOP)[most].as_py())
-            self.largest.add((int(sizes[most]), f"key {keys}, hop {hop}"))
-        partials: list[list[bytes]] = []
-        scans: list[list[bytes]] = []
-        for aggregator, feature in zip(aggregators, self.layout.aggregations, strict=True):
-            values, kept = kept_feature_values(events, feature)
-            kept_times = times[kept]
-            value_cuts = _group_cuts(kept, event_cuts[:-1])
-            partial: list[bytes] = []
-            scanned: list[bytes] = [b""] * requests.num_rows
-            for group in range(len(starts)):
-                low, high = value_cuts[group], value_cuts[group + 1]
-                group_values, group_times = values[low:high], kept_times[low:high]
-                partial.append(aggregator.to_bytes(aggregator.fold(group_values, group_times)))
-                first, last = request_cuts[group], request_cuts[group + 1]
-                if first == last:
-                    continue
-                for side, scan in ((PREFIX, prefix_states), (SUFFIX, suffix_states)):
-                    at = first + np.flatnonzero(sides[first:last] == side)
-                    for position, state in zip(
-                            at.tolist(), scan(aggregator, group_times, group_values, bounds[at]),
-                            strict=True):
-                        scanned[position] = aggregator.to_bytes(state)
-            partials.append(partial)
-            scans.append(scanned)
-        return pa.concat_tables([
-            self._rows(firsts, np.full(len(starts), PARTIAL), partials, requested=False),
-            self._rows(requests, sides, scans, requested=True)])
-
-    def _rows(self, source: pa.Table, sides: np.ndarray, states: list[list[bytes]], *,
-              requested: bool) -> pa.Table:
-        """Stage-1 rows: ``source``'s keys and hop, sides and states; a request's query too.
-
-        A partial's row (``requested`` false) has null bound, query and window.
-        """
-        columns = {name: source.column(name) for name in (*self.layout.keys, HOP)}
-        for name in (BOUND, QUERY, WINDOW):
-            columns[name] = (source.column(TIME if name == BOUND else name) if requested
-                             else pa.nulls(len(sides)))
-        columns[SIDE] = pa.array(np.asarray(sides, dtype=np.int32))
-        columns |= {state_column(index): pa.array(column, pa.binary())
-                    for index, column in enumerate(states)}
-        return pa.table([columns[field.name].cast(field.type) for field in self.schema],
-                        schema=self.schema)
-
-
-def _group_cuts(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Return where each group's rows of ``mask`` begin among them, and their total last.
-
-    The groups start at the rows ``starts`` (ascending, the first at 0); group ``g`` holds
-    the masked rows ``[cuts[g], cuts[g + 1])`` of those ``mask`` selects. O(rows).
-    """
-    counts = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
-    cuts: np.ndarray = counts[np.append(starts, len(mask))]
-    return cuts
-
-
-class TailPass:
-    """Stage 2 over one partition: per key, every tail from a range index over its partials."""
-
-    def __init__(self, layout: TiledLayout, schema: pa.Schema) -> None:
-        self.layout = layout
-        self.schema = schema
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Yield one row per tail request (a query's window) of every whole key group."""
-        aggregators = self.layout.aggregators()
-        return map_groups(batches, list(self.layout.keys), self.schema,
-                          lambda group, rows: self._key(group, aggregators, rows))
-
-    def _key(self, group: pa.Table, aggregators: list[Aggregator[Any]], rows: Rows) -> None:
-        is_request = group.column(KIND).to_numpy(zero_copy_only=False) == 1
-        partials = group.filter(pa.array(~is_request))
-        requests = group.filter(pa.array(is_request))
-        if requests.num_rows == 0:
-            return
-        hops = partials.column(HOP).to_numpy().astype(np.int64)
-        lows = np.searchsorted(hops, requests.column(HOP).to_numpy().astype(np.int64))
-        highs = np.searchsorted(hops, requests.column(HIGH).to_numpy().astype(np.int64))
-        for name in (*self.layout.keys, QUERY, WINDOW):
-            rows[name].extend(requests.column(name).to_pylist())
-        for index, aggregator in enumerate(aggregators):
-            states = [aggregator.from_bytes(data)
-                      for data in partials.column(state_column(index)).to_pylist()]
-            index_structure = range_index(aggregator, states)
-            rows[state_column(index)].extend(
-                aggregator.to_bytes(index_structure.query(int(low), int(high)))
-                for low, high in zip(lows.tolist(), highs.tolist(), strict=True))
-
-
-class Assembly:
-    """Stage 3 over one partition: per query, merge each window's pieces and finalize."""
-
-    def __init__(self, layout: TiledLayout, schema: pa.Schema) -> None:
-        self.layout = layout
-        self.schema = schema
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Yield one finished row per query."""
-        aggregators = self.layout.aggregators()
-        return map_groups(batches, [*self.layout.keys, TIME], self.schema,
-                          lambda group, rows: self._query(group, aggregators, rows))
-
-    def _query(self, group: pa.Table, aggregators: list[Aggregator[Any]], rows: Rows) -> None:
-        for name in (*self.layout.keys, TIME):
-            rows[name].append(group.column(name)[0].as_py())
-        at = rows[TIME][-1]
-        windows = group.column(WINDOW).to_pylist()
-        state_lists = [group.column(name).to_pylist() for name in self.layout.state_columns]
-        for index, feature in enumerate(self.layout.features):
-            aggregator = aggregators[self.layout.feature_aggregator[index]]
-            window = self.layout.feature_window[index]
-            state = aggregator.init()
-            for row_window, data in zip(
-                    windows, state_lists[self.layout.feature_aggregator[index]], strict=True):
-                if row_window == window and data is not None:
-                    state = aggregator.merge(state, aggregator.from_bytes(data))
-            try:
-                rows[feature.name].append(arrow_value(aggregator.finalize_at(state, at)))
-            except ResultOverflowError as error:
-                raise refused(feature, error) from None
 
 
 def _binary_fields(layout: TiledLayout) -> list[T.StructField]:
