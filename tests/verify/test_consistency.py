@@ -9,6 +9,7 @@ counted, not compared. Then the pieces: value decoding, distances and the SVG pl
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import shutil
@@ -159,6 +160,118 @@ def test_outputs_parse(served: Served) -> None:
     assert "users_amount_sum_1d" in served.report.histograms
 
 
+@dataclass
+class Edited:
+    """One consistency run over ``served``'s logs and every kind of odd row at once."""
+
+    report: ConsistencyReport
+    output: Path
+    tampered: dict[str, Any]  # the tampered row, as logged
+    true_value: float  # its feature's value before tampering
+    copies: int  # how many copies of the logs were added, each compared in full
+    warnings: str  # what the job logged
+
+
+#: The unreadable rows: no keys, time or features, keys of another Join, a key 7.5 (not key
+#: 7), features that are not a JSON object (never served, not "served null").
+UNREADABLE = 9
+#: Rows of another Join (2) or definition (1 lacks a feature, 1 names another digest), and
+#: rows whose request id is null or whose features json.loads does not read as Spark does.
+OTHERS = 7
+
+
+@pytest.fixture(scope="module")
+def edited(spark: SparkSession, served: Served,
+           tmp_path_factory: pytest.TempPathFactory) -> Edited:
+    """``served``'s logs with odd rows added, in a folder whose name holds glob characters
+    (read as named: it read as a pattern that matched nothing), checked in one run.
+
+    Added: one tampered row; :data:`UNREADABLE` and :data:`OTHERS` rows to leave out; a row
+    of an earlier build, which logged no definition (compared, by its names); and three
+    copies of every logged row, each compared: one whose request ids all read
+    ``request-0`` (a ResponseLog user's counter restarted: each row keeps its own truth for
+    the approximate ops), one served by a Join with one GroupBy more (its extra features
+    are ignored), and one written by an earlier build, without the definition column.
+    """
+    root = tmp_path_factory.mktemp("edited")
+    logs = root / "logs[1]{a}"
+    shutil.copytree(served.logs, logs)
+    folder = logs / served.join.name
+    table = pq.read_table(served.logs / served.join.name)
+    rows = table.to_pylist()
+    fresh = [row for row in rows if not row["stale"]]
+
+    def write(name: str, written: list[dict[str, Any]] | pa.Table) -> None:
+        written = written if isinstance(written, pa.Table) else pa.Table.from_pylist(
+            written, schema=SCHEMA)
+        pq.write_table(written, folder / f"part-{name}-000000.parquet")
+
+    candidates = [row for row in fresh
+                  if isinstance(json.loads(row["features"])[TAMPERED], float)
+                  and json.loads(row["features"])[TAMPERED] > 0]
+    tampered = dict(candidates[0])
+    features = json.loads(tampered["features"])
+    true_value = features[TAMPERED]
+    features[TAMPERED] = true_value * 1.5
+    tampered.update(request_id="tampered", features=json.dumps(features))
+    write("9999999999991", [tampered])
+
+    [key] = json.loads(rows[0]["keys"])
+    unreadable = [{**rows[0], "keys": None}, {**rows[0], "request_time": None},
+                  {**rows[0], "keys": json.dumps({key: "abc"})},
+                  {**rows[0], "keys": json.dumps({"uid": 1})},
+                  {**rows[0], "keys": json.dumps({key: 7.5})}, {**rows[0], "features": None},
+                  {**rows[0], "features": "{not json"}, {**rows[0], "features": "[1, 2]"},
+                  {**rows[0], "stale": None}]
+    assert len(unreadable) == UNREADABLE
+    older = json.loads(fresh[1]["features"])
+    del older[TAMPERED]
+    others = [{**fresh[0], "join": "other"}, {**fresh[0], "join": "other"},
+              {**fresh[1], "features": json.dumps(older)},
+              {**fresh[2], "request_id": None},
+              {**fresh[3], "features": fresh[3]["features"].replace('"', "'")},
+              {**fresh[4], "features": fresh[4]["features"] + " trailing text"},
+              {**fresh[5], "definition": "0123456789abcdef"}]
+    assert len(others) == OTHERS
+    earlier = {**fresh[6], "request_id": "earlier", "definition": None}
+    write("9999999999992", [{**row, "request_id": f"odd-{index}"}
+                            for index, row in enumerate(unreadable)] + others + [earlier])
+
+    write("9999999999993", _set_every(table, "request_id", "request-0"))
+    [served_as] = set(table.column("definition").to_pylist())
+    wider = json.dumps({**json.loads(served_as), "another": "0123456789abcdef"})
+    write("9999999999994", _set_every(table, "definition", wider))
+    write("9999999999995", table.drop_columns(["definition"]))
+
+    said = _Said()
+    logger = logging.getLogger("timetile.verify")
+    logger.addHandler(said)
+    try:
+        report = consistency(served.join, spark, logs, output=root / "report")
+    finally:
+        logger.removeHandler(said)
+    return Edited(report, root / "report", tampered, true_value, 3, said.text())
+
+
+class _Said(logging.Handler):
+    """Keeps every record's message (as caplog would, for a fixture of the module)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def text(self) -> str:
+        return "\n".join(self.messages)
+
+
+def _set_every(table: pa.Table, column: str, value: str) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(column), column,
+                            pa.array([value] * table.num_rows))
+
+
 def _rewritten_logs(served: Served, tmp_path: Path,
                     rewrite: Callable[[pa.Table], pa.Table]) -> Path:
     """A logs folder holding one file: every logged row of ``served``, rewritten."""
@@ -169,31 +282,25 @@ def _rewritten_logs(served: Served, tmp_path: Path,
     return logs
 
 
-def _set_every(table: pa.Table, column: str, value: str) -> pa.Table:
-    return table.set_column(table.schema.get_field_index(column), column,
-                            pa.array([value] * table.num_rows))
+def test_odd_rows_are_left_out_and_copies_compared(served: Served, edited: Edited) -> None:
+    """Every copy and the earlier build's row are compared; the odd rows are counted."""
+    report = edited.report
+    assert report.rows == (1 + edited.copies) * served.rows + 2  # the tampered, the earlier
+    assert report.left_out == UNREADABLE + OTHERS
+    assert report.summary().endswith(
+        f"; {UNREADABLE + OTHERS} logged rows left out (unreadable, of another Join, or keys "
+        "or features that are not the Join's)")
+    fresh = (1 + edited.copies) * (served.rows - served.stale) + 2
+    for entry in report.features:  # each copy's rows keep their own truth
+        assert (entry.rows, entry.stale) == (fresh, (1 + edited.copies) * served.stale), entry
+        assert entry.mismatches == (entry.feature == TAMPERED), entry
+        assert (entry.missing, entry.extra) == (0, 0), entry
+        if entry.check == BOUND:
+            assert entry.within_bound_rate == 1.0, entry
 
 
-def test_a_tampered_value_is_one_mismatch(spark: SparkSession, served: Served,
-                                          tmp_path: Path) -> None:
-    """Also where the logs' folder holds glob characters: it is read as named (it read as a
-    pattern that matched nothing)."""
-    logs = tmp_path / "logs[1]{a}"
-    shutil.copytree(served.logs, logs)
-    table = pq.read_table(served.logs / served.join.name)
-    candidates = [row for row in table.to_pylist() if not row["stale"]
-                  and isinstance(json.loads(row["features"])[TAMPERED], float)
-                  and json.loads(row["features"])[TAMPERED] > 0]
-    row = dict(candidates[0])
-    features = json.loads(row["features"])
-    true_value = features[TAMPERED]
-    features[TAMPERED] = true_value * 1.5
-    row.update(request_id="tampered", features=json.dumps(features))
-    pq.write_table(pa.Table.from_pylist([row], schema=SCHEMA),
-                   logs / served.join.name / "part-9999999999999-000000.parquet")
-
-    report = consistency(served.join, spark, logs, output=tmp_path / "report")
-    assert report.rows == served.rows + 1
+def test_a_tampered_value_is_one_mismatch(edited: Edited) -> None:
+    report = edited.report
     bad = report.feature(TAMPERED)
     assert (bad.mismatches, bad.missing, bad.extra) == (1, 0, 0)
     assert bad.smape_max == pytest.approx(0.4)  # |1.5v − v| / ((1.5v + v) / 2)
@@ -203,78 +310,37 @@ def test_a_tampered_value_is_one_mismatch(spark: SparkSession, served: Served,
     assert sum(point.mismatches for point in report.timeline) == 1
     assert list(report.feature_timelines) == [TAMPERED]
 
-    differences = pq.read_table(tmp_path / "report" / "differences.parquet").to_pylist()
+    differences = pq.read_table(edited.output / "differences.parquet").to_pylist()
     assert len(differences) == 1
     [difference] = differences
+    row = edited.tampered
     assert (difference["request_id"], difference["feature"]) == ("tampered", TAMPERED)
     assert (difference["row_index"], difference["request_time"]) == (
         row["row_index"], row["request_time"])
-    assert json.loads(difference["served"]) == pytest.approx(true_value * 1.5)
-    assert json.loads(difference["offline"]) == pytest.approx(true_value)
+    assert json.loads(difference["served"]) == pytest.approx(edited.true_value * 1.5)
+    assert json.loads(difference["offline"]) == pytest.approx(edited.true_value)
     assert difference["smape"] == pytest.approx(0.4)
     histogram = report.histograms[TAMPERED]  # every other difference is 0
-    assert (histogram.lo, histogram.hi) == (0.0, pytest.approx(true_value * 0.5))
+    assert (histogram.lo, histogram.hi) == (0.0, pytest.approx(edited.true_value * 0.5))
     assert len(histogram.counts) == 20
     assert (histogram.counts[0], histogram.counts[-1]) == (sum(histogram.counts) - 1, 1)
 
 
-def test_unreadable_logged_rows_are_counted_not_compared(
-        spark: SparkSession, served: Served, tmp_path: Path) -> None:
-    """Rows without keys, time or features, or with keys of another Join, are left out and
-    said so; a key 7.5 is not key 7, and features that are not a JSON object were never
-    served (they are not "served null")."""
-    logs = tmp_path / "logs"
-    shutil.copytree(served.logs, logs)
-    row = pq.read_table(served.logs / served.join.name).to_pylist()[0]
-    [key] = json.loads(row["keys"])
-    odd = [{**row, "keys": None}, {**row, "request_time": None},
-           {**row, "keys": json.dumps({key: "abc"})}, {**row, "keys": json.dumps({"uid": 1})},
-           {**row, "keys": json.dumps({key: 7.5})}, {**row, "features": None},
-           {**row, "features": "{not json"}, {**row, "features": "[1, 2]"},
-           {**row, "stale": None}]
-    pq.write_table(pa.Table.from_pylist(
-        [{**odd_row, "request_id": f"odd-{index}"} for index, odd_row in enumerate(odd)],
-        schema=SCHEMA), logs / served.join.name / "part-9999999999999-000000.parquet")
-    report = consistency(served.join, spark, logs)
-    assert report.rows == served.rows
-    assert report.left_out == 9
-    assert not any(entry.mismatches for entry in report.features)
-    assert report.summary().endswith("; 9 logged rows left out (unreadable, of another Join, "
-                                     "or keys or features that are not the Join's)")
-
-
-def test_rows_of_another_join_or_definition_are_left_out(
-        spark: SparkSession, served: Served, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
-    """Rows that name another Join, lack a feature (served by an older definition), have no
-    request id (the oracle's bounds are joined by it) or features that json.loads does not
-    read as Spark does are left out and counted, never compared as "served null"."""
-    logs = tmp_path / "logs"
-    shutil.copytree(served.logs, logs)
-    rows = [row for row in pq.read_table(served.logs / served.join.name).to_pylist()
-            if not row["stale"]]
-    older = json.loads(rows[1]["features"])
-    del older[TAMPERED]
-    odd = [{**rows[0], "join": "other"}, {**rows[0], "join": "other"},
-           {**rows[1], "features": json.dumps(older)},
-           {**rows[2], "request_id": None},
-           {**rows[3], "features": rows[3]["features"].replace('"', "'")},
-           {**rows[4], "features": rows[4]["features"] + " trailing text"},
-           {**rows[5], "definition": "0123456789abcdef"}]
-    # a row of an earlier build, which logged no definition: compared, by its names
-    earlier = {**rows[6], "request_id": "earlier", "definition": None}
-    pq.write_table(pa.Table.from_pylist([*odd, earlier], schema=SCHEMA),
-                   logs / served.join.name / "part-9999999999999-000000.parquet")
-    with caplog.at_level("WARNING", logger="timetile.verify"):
-        report = consistency(served.join, spark, logs)
-    assert report.rows == served.rows + 1
-    assert report.left_out == len(odd)
-    assert [entry.feature for entry in report.features if entry.mismatches] == []
-    said = caplog.text
+def test_each_kind_of_odd_row_is_named(served: Served, edited: Edited) -> None:
+    """Rows that name another Join, lack a feature (served by an older definition), name
+    another definition, have no request id (the oracle's bounds are joined by it), or hold
+    features that json.loads does not read as Spark does: each kind is said, with its count."""
+    said = " ".join(edited.warnings.split())
+    total = (1 + edited.copies) * served.rows + 2 + UNREADABLE + OTHERS
+    # 6 of the unreadable rows, and of the others the null request id and the features in
+    # single quotes, which Spark does not read as JSON either
+    assert (f"8 of {total} logged rows are unusable and left out (request_id null in 1; "
+            "request_time null in 1; keys null in 1; features null or not a JSON object in "
+            "4; stale null in 1)") in said
+    assert "3 of the logged rows have keys that are not Join 'online''s key columns" in said
     assert "2 logged rows are of another Join ('other' (2)), not 'online'" in said
     assert (f"1 logged rows of Join 'online' lack some of its features ({TAMPERED}): served "
-            "by another definition of it, they are left out") in said
-    assert "request_id null in 1; features null or not a JSON object in 1" in said
+            "by another definition of it") in said
     assert "1 logged rows have features that Spark read but json.loads does not" in said
     assert ("1 logged rows of Join 'online' were served by another definition of it (their "
             "definition column gives some of its GroupBys another digest") in said
@@ -301,10 +367,11 @@ def test_logs_of_another_join_or_definition_are_refused(
 
 
 def test_logs_of_a_definition_with_the_same_names_are_refused(
-        spark: SparkSession, served: Served, tmp_path: Path) -> None:
+        spark: SparkSession, served: Served) -> None:
     """A ``where`` added to the source changes no feature name, but every served value may
     differ: the logs name the definition that served them, so they are refused, not scored
-    as mismatches. Logs of an earlier build, without a definition, are still compared."""
+    as mismatches (logs of an earlier build, without a definition, are still compared: see
+    :func:`edited`)."""
     users = served.join.parts[0].group_by
     source = users.source
     assert isinstance(source, tt.EventSource)
@@ -318,25 +385,6 @@ def test_logs_of_a_definition_with_the_same_names_are_refused(
                                                r"it: .*Fix: pass the definitions of the Join "
                                                "that served these logs"):
         consistency(filtered, spark, served.logs)
-    earlier = _rewritten_logs(served, tmp_path,
-                              lambda table: table.drop_columns(["definition"]))
-    report = consistency(served.join, spark, earlier)
-    assert report.rows == served.rows
-    assert report.left_out == 0
-
-
-def test_logs_of_a_wider_join_are_compared(spark: SparkSession, served: Served,
-                                           tmp_path: Path) -> None:
-    """Served by a Join with one GroupBy more, the rows hold this Join's parts as defined
-    now: they are compared, as their extra features are ignored."""
-    [served_as] = set(pq.read_table(served.logs / served.join.name)
-                      .column("definition").to_pylist())
-    wider = json.dumps({**json.loads(served_as), "another": "0123456789abcdef"})
-    logs = _rewritten_logs(served, tmp_path, lambda table: _set_every(table, "definition",
-                                                                      wider))
-    report = consistency(served.join, spark, logs)
-    assert report.rows == served.rows
-    assert report.left_out == 0
 
 
 def test_an_empty_log_file_is_refused(spark: SparkSession, served: Served,
@@ -375,17 +423,6 @@ def test_an_unreadable_left_source_is_named(spark: SparkSession, served: Served,
                                                    rf"\({re.escape(table)}\): .*Fix: pass a "
                                                    "left source Spark can read"):
             consistency(join, spark, served.logs)
-
-
-def test_a_reused_request_id_keeps_each_rows_bounds(spark: SparkSession, served: Served,
-                                                    tmp_path: Path) -> None:
-    """A ResponseLog user's request counter restarted: approximate ops still get each
-    logged row's own truth, not another row's of the same (request_id, row_index)."""
-    logs = _rewritten_logs(served, tmp_path,
-                           lambda table: _set_every(table, "request_id", "request-0"))
-    report = consistency(served.join, spark, logs)
-    assert report.rows == served.rows
-    assert [entry.feature for entry in report.features if entry.mismatches] == []
 
 
 def test_logs_of_another_join_are_refused(spark: SparkSession, served: Served,
