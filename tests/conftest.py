@@ -23,6 +23,13 @@ settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
+#: The settings of the tests' session beyond timetile's own (see :func:`spark`).
+INTERPRETED = (
+    "spark.sql.codegen.wholeStage=false",
+    "spark.sql.codegen.factoryMode=NO_CODEGEN",
+)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """This process's local SparkSession (2 threads, 2 shuffle partitions).
@@ -32,6 +39,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     worker of a parallel run would share. Its JVM collects garbage on one thread (the
     serial collector): the tests' heaps are small, and the two workers of a parallel run
     share two cores, where the default collector's threads would contend.
+
+    Spark evaluates expressions interpreted, not compiled to Java (whole-stage code
+    generation off, ``spark.sql.codegen.factoryMode=NO_CODEGEN``): compiling each query's
+    code costs more than running it on a test's few rows.
+    Spark keeps both modes equal; the compiled one, Spark's default, runs in the processes
+    that tests start (``spark-submit`` in ``tests/test_cluster.py``, the stream killed and
+    restarted in ``tests/streaming/test_file_stream.py``) and in the benchmarks.
     """
     from timetile.spark.session import local_session
 
@@ -39,7 +53,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf {shlex.quote(f'spark.sql.warehouse.dir={warehouse}')} "
-        "--driver-java-options -XX:+UseSerialGC pyspark-shell")
+        + "".join(f"--conf {setting} " for setting in INTERPRETED)
+        + "--driver-java-options -XX:+UseSerialGC pyspark-shell")
     try:
         session = local_session("timetile-tests", cores=2, shuffle_partitions=2)
     finally:
