@@ -95,22 +95,22 @@ def empty_redis_url(redis_url: str) -> str:
 #: balances the workers best): started last, one would run on alone at the end.
 LONGEST_FIRST = (
     "tests/offline/test_executors.py",
-    "tests/offline/test_incremental.py",
-    "tests/verify/test_consistency.py",
-    "tests/test_cli.py",
     "tests/test_cluster.py",
+    "tests/offline/test_incremental.py",
+    "tests/test_cli.py",
     "tests/offline/test_hot_keys.py",
     "tests/offline/test_entities.py",
-    "tests/verify/test_invariance.py",
     "tests/streaming/test_file_stream.py",
-    "tests/offline/test_backfill_parity.py",
-    "tests/online/test_online_inputs.py",
+    "tests/verify/test_consistency.py",
+    "tests/verify/test_invariance.py",
     "tests/offline/test_sweep.py",
-    "tests/offline/test_buckets.py",
-    "tests/streaming/test_redis_stream.py",
-    "tests/offline/test_int64_sums.py",
+    "tests/online/test_online_inputs.py",
     "tests/core/test_bucketed_laws.py",
-    "tests/online/test_contract.py",
+    "tests/offline/test_backfill_parity.py",
+    "tests/streaming/test_redis_stream.py",
+    "tests/core/test_aggregator_laws.py",
+    "tests/offline/test_int64_sums.py",
+    "tests/verify/test_leaks.py",
 )
 
 
