@@ -23,7 +23,7 @@ settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
-#: The settings of the tests' session beyond timetile's own (see :func:`spark`).
+#: The code generation settings of the tests' session: expressions interpreted (see :func:`spark`).
 INTERPRETED = (
     "spark.sql.codegen.wholeStage=false",
     "spark.sql.codegen.factoryMode=NO_CODEGEN",

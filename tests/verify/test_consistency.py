@@ -172,8 +172,9 @@ class Edited:
     warnings: str  # what the job logged
 
 
-#: The unreadable rows: no keys, time or features, keys of another Join, a key 7.5 (not key
-#: 7), features that are not a JSON object (never served, not "served null").
+#: The unreadable rows: no keys, time, features or stale flag, keys of another Join, a key
+#: that is text ("abc") or 7.5 (not key 7), features that are not a JSON object (never
+#: served, not "served null").
 UNREADABLE = 9
 #: Rows of another Join (2) or definition (1 lacks a feature, 1 names another digest), and
 #: rows whose request id is null or whose features json.loads does not read as Spark does.
@@ -254,7 +255,8 @@ def edited(spark: SparkSession, served: Served,
 
 
 class _Said(logging.Handler):
-    """Keeps every record's message (as caplog would, for a fixture of the module)."""
+    """Keeps the message of every warning and worse (as caplog would, for a fixture of the
+    module)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -334,13 +336,13 @@ def test_each_kind_of_odd_row_is_named(served: Served, edited: Edited) -> None:
     total = (1 + edited.copies) * served.rows + 2 + UNREADABLE + OTHERS
     # 6 of the unreadable rows, and of the others the null request id and the features in
     # single quotes, which Spark does not read as JSON either
-    assert (f"8 of {total} logged rows are unusable and left out (request_id null in 1; "
+    assert (f"8 of {total:,} logged rows are unusable and left out (request_id null in 1; "
             "request_time null in 1; keys null in 1; features null or not a JSON object in "
             "4; stale null in 1)") in said
     assert "3 of the logged rows have keys that are not Join 'online''s key columns" in said
     assert "2 logged rows are of another Join ('other' (2)), not 'online'" in said
     assert (f"1 logged rows of Join 'online' lack some of its features ({TAMPERED}): served "
-            "by another definition of it") in said
+            "by another definition of it, they are left out") in said
     assert "1 logged rows have features that Spark read but json.loads does not" in said
     assert ("1 logged rows of Join 'online' were served by another definition of it (their "
             "definition column gives some of its GroupBys another digest") in said

@@ -11,10 +11,11 @@ from pyspark.sql import SparkSession
 #: Arrow batches of up to 100,000 rows (Spark's default is 10,000), capped at 64 MiB for
 #: wide rows: the sweep and the other executors pay Python work per batch, so fewer, larger
 #: batches run faster (measured on the uniform backfill: benchmarks/HISTORY.md). PySpark's
-#: DataFrame debugging off: with it on, every ``functions`` call and DataFrame method asks
-#: the JVM for the session and its settings and sets and clears a call site, several round
-#: trips each, while a backfill's plan is thousands of such calls (its error messages then
-#: lack the Python line that built the failing expression, which timetile built, not you).
+#: DataFrame debugging off (a static setting, read once per process): with it on, every
+#: ``Column`` method and operator (and ``functions.col``) asks the JVM for the session and
+#: a setting and sets and clears a call site, several round trips each, while a backfill's
+#: plan is thousands of such calls (its error messages then lack the Python line that built
+#: the failing expression, which timetile built, not you).
 DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -25,6 +25,9 @@ Every stage streams sorted partitions through ``mapInArrow``
 group, which is this executor's main cost. States cross stages as bytes
 (``to_bytes``), and every state is computed by the core's aggregators: the same code as the
 reference executor and the online fetcher.
+
+This module plans the stages on Spark; what they share (columns, aggregators, the hop) is
+:mod:`.tiled_layout`, and what their tasks run is :mod:`.tiled_passes`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The tiled executor's layout: its columns, a part's distinct aggregators and windows, its hop.
 
 What the three stages of :mod:`.tiled` (planned on Spark) and :mod:`.tiled_passes` (run in
-the tasks) share; the interval tree reads the same layout. No Spark.
+the tasks) share; the interval tree reads the same layout. It builds no Spark plan and runs
+no job.
 """
 
 from __future__ import annotations

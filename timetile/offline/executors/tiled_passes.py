@@ -1,7 +1,8 @@
 """The tiled executor's three stages as they run in the tasks, one partition at a time.
 
-:mod:`.tiled` plans them on Spark; each class here is the function its ``mapInArrow`` calls,
-over partitions sorted by :func:`~timetile.spark.sorted_groups.sorted_by_groups`.
+:mod:`.tiled` plans them on Spark; each pass here is the function its ``mapInArrow`` calls,
+over partitions sorted by :func:`~timetile.spark.sorted_groups.sorted_by_groups`, beside the
+accumulator that reports their largest (key, hop) group (:class:`LargestGroup`).
 """
 
 from __future__ import annotations
