@@ -42,10 +42,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     Spark evaluates expressions interpreted, not compiled to Java (whole-stage code
     generation off, ``spark.sql.codegen.factoryMode=NO_CODEGEN``): compiling each query's
-    code costs more than running it on a test's few rows.
-    Spark keeps both modes equal; the compiled one, Spark's default, runs in the processes
-    that tests start (``spark-submit`` in ``tests/test_cluster.py``, the stream killed and
-    restarted in ``tests/streaming/test_file_stream.py``) and in the benchmarks.
+    code costs more than running it on a test's few rows. Spark keeps both modes equal (and
+    falls back to the interpreted one where code fails to compile); the compiled one, Spark's
+    default, runs in the processes that tests start (``spark-submit`` in
+    ``tests/test_cluster.py``, the stream killed and restarted in
+    ``tests/streaming/test_file_stream.py``) and in the benchmarks.
     """
     from timetile.spark.session import local_session
 

@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 #: DataFrame debugging off (a static setting, read once per process): with it on, every
 #: ``Column`` method and operator (and ``functions.col``) asks the JVM for the session and
 #: a setting and sets and clears a call site, several round trips each, while a backfill's
-#: plan is thousands of such calls (its error messages then lack the Python line that built
-#: the failing expression, which timetile built, not you).
+#: plan is thousands of such calls. Spark's error messages then lack the Python line that
+#: built a failing expression: a session of your own can turn it back on for your code.
 DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
