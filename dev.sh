@@ -44,7 +44,7 @@ setup() {
         say "creating the virtual environment in $VENV"
         [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
         "$VENV/bin/python" -m pip install -q --upgrade pip
-        "$VENV/bin/python" -m pip install -q -e ".[dev]"
+        "$VENV/bin/python" -m pip install -q --no-compile -e ".[dev]"
         touch "$stamp"
     fi
 }
