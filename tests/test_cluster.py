@@ -43,7 +43,7 @@ from timetile.core.timeutil import DAY_MS, date_to_ms
 from timetile.demo import data as demo
 from timetile.online.fetcher import Fetcher
 from timetile.store.kv import open_store
-from timetile.testing import emptied
+from timetile.testing import SHORT_RUN_JAVA_OPTIONS, emptied
 from timetile.testing.local_cluster import run_on_local_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
@@ -177,9 +177,9 @@ def cluster(defs: Path, expected: dict[str, DataFrame], cluster_redis: str,
          "--conf", "spark.executor.memory=768m", "--conf", "spark.sql.shuffle.partitions=4",
          "--conf", "spark.driver.maxResultSize=1m",  # the upload's records are several MB
          "--conf", "spark.sql.session.timeZone=UTC",
-         # one garbage collector thread per JVM: the cluster's two and this test's share two cores
-         "--conf", "spark.driver.extraJavaOptions=-XX:+UseSerialGC",
-         "--conf", "spark.executor.extraJavaOptions=-XX:+UseSerialGC",
+         # the cluster's two JVMs and this test's share two cores, for about a minute
+         "--conf", f"spark.driver.extraJavaOptions={SHORT_RUN_JAVA_OPTIONS}",
+         "--conf", f"spark.executor.extraJavaOptions={SHORT_RUN_JAVA_OPTIONS}",
          str(driver), timetile.__main__.__file__,
          json.dumps(list(runs.values()))],
         env={"COLUMNS": "200", "TIMETILE_DEMO_DATA": str(defs.parent / "data")})

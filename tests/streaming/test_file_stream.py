@@ -33,7 +33,7 @@ from timetile.store.tiles import read_meta
 from timetile.streaming.file_source import FileSource
 from timetile.streaming.job import BatchReport, TileStream, events_frame, stream_group_by
 from timetile.streaming.state import StreamOwnershipError, read_state
-from timetile.testing import same_value
+from timetile.testing import SHORT_RUN_JAVA_OPTIONS, same_value
 
 
 def run(world: World, spark: Any, store_uri: str, checkpoint: Path, **options: Any) -> TileStream:
@@ -271,8 +271,10 @@ def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, Tile
                f"dir:{landing}?maxFilesPerTrigger=1", "--store", uri, "--checkpoint",
                str(checkpoint), "--trigger-seconds", "0.5"]
     log = (tmp_path / "stream.log").open("w")
+    java = f'--driver-java-options "{SHORT_RUN_JAVA_OPTIONS}" pyspark-shell'
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+                               start_new_session=True,
+                               env={**os.environ, "PYSPARK_SUBMIT_ARGS": java})
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and process.poll() is None:

@@ -5,7 +5,7 @@ engine path is tested against it, and users can test their own definitions with 
 generators make small tables that hold every edge case the semantics care about.
 :class:`RedisServer` runs a throwaway ``redis-server`` for the online stores' tests, and
 :func:`run_on_local_cluster` a program on a local Spark cluster, with its executors' logs
-when it fails.
+when it fails (:data:`SHORT_RUN_JAVA_OPTIONS` suit such a short-lived JVM).
 """
 
 from timetile.core.equality import differing_cells, percentiles_within, same_value
@@ -22,7 +22,7 @@ from timetile.testing.generators import (
     random_queries,
     to_spark,
 )
-from timetile.testing.local_cluster import run_on_local_cluster
+from timetile.testing.local_cluster import SHORT_RUN_JAVA_OPTIONS, run_on_local_cluster
 from timetile.testing.oracle import (
     naive_backfill,
     percentile_rank_bounds,
@@ -35,6 +35,7 @@ __all__ = [
     "MIN_EVENTS",
     "MUTATION_SCHEMA",
     "QUERY_SCHEMA",
+    "SHORT_RUN_JAVA_OPTIONS",
     "SNAPSHOT_SCHEMA",
     "SQL_OPS",
     "EntityTables",

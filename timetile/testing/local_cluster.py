@@ -23,6 +23,13 @@ from pathlib import Path
 
 import pyspark
 
+#: Java options for a JVM that runs Spark for a minute or two (a test's ``spark-submit``, a
+#: stream started and killed): one garbage collector thread (the serial collector), as the
+#: machine's other processes need the cores too, and only the JIT's quick tier (C1). Over a
+#: short run, C2's compiling costs more CPU than its faster code gives back; over a whole
+#: test run, as in the tests' own session, it pays.
+SHORT_RUN_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
 #: A standalone application's id, as Spark names it and its worker's folder.
 _APPLICATION_ID = re.compile(r"\bapp-\d{14}-\d{4}\b")
 #: A line of Spark's log (``26/01/31 12:00:00 INFO ...``), which ends a Python error's text.
