@@ -23,10 +23,12 @@ settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
-#: The code generation settings of the tests' session: expressions interpreted (see :func:`spark`).
-INTERPRETED = (
+#: Settings of the tests' session for their small data (see :func:`spark`): expressions
+#: interpreted, and memory pages of 1 MB.
+SMALL_DATA = (
     "spark.sql.codegen.wholeStage=false",
     "spark.sql.codegen.factoryMode=NO_CODEGEN",
+    "spark.buffer.pageSize=1m",
 )
 
 
@@ -47,6 +49,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     default, runs in the processes that tests start (``spark-submit`` in
     ``tests/test_cluster.py``, the stream killed and restarted in
     ``tests/streaming/test_file_stream.py``) and in the benchmarks.
+
+    Its memory pages (``spark.buffer.pageSize``) are 1 MB: Spark sizes them from the heap
+    (up to 64 MB), and every sort and broadcast hash table of a test's few rows would
+    allocate and zero whole pages, straight into the old generation, whose full
+    collections they then set off.
     """
     from timetile.spark.session import local_session
 
@@ -54,7 +61,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf {shlex.quote(f'spark.sql.warehouse.dir={warehouse}')} "
-        + "".join(f"--conf {setting} " for setting in INTERPRETED)
+        + "".join(f"--conf {setting} " for setting in SMALL_DATA)
         + "--driver-java-options -XX:+UseSerialGC pyspark-shell")
     try:
         session = local_session("timetile-tests", cores=2, shuffle_partitions=2)
@@ -90,45 +97,18 @@ def empty_redis_url(redis_url: str) -> str:
     return emptied(redis_url)
 
 
-#: The modules that take longest, longest first (measured with ``--durations=0``, summed per
-#: module). A parallel run (``--dist loadscope``) runs each module on one worker and hands the
-#: modules out in collection order, so these go first, longest first (the greedy order that
-#: balances the workers best): started last, one would run on alone at the end. The local
-#: cluster's module is the exception, handed out fourth: started sooner, its cold JVMs
-#: compete with both workers' warm-up, and its setup ran markedly slower.
-LONGEST_FIRST = (
-    "tests/offline/test_executors.py",
-    "tests/offline/test_incremental.py",
-    "tests/test_cli.py",
-    "tests/test_cluster.py",  # not sooner: see above
-    "tests/offline/test_hot_keys.py",
-    "tests/offline/test_entities.py",
-    "tests/streaming/test_file_stream.py",
-    "tests/verify/test_consistency.py",
-    "tests/verify/test_invariance.py",
-    "tests/offline/test_sweep.py",
-    "tests/online/test_online_inputs.py",
-    "tests/core/test_bucketed_laws.py",
-    "tests/offline/test_backfill_parity.py",
-    "tests/streaming/test_redis_stream.py",
-    "tests/core/test_aggregator_laws.py",
-    "tests/offline/test_int64_sums.py",
-    "tests/verify/test_leaks.py",
-)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the SparkSession, through any fixture, with ``spark``, and
-    put the :data:`LONGEST_FIRST` modules first (in that order; the rest keep theirs).
+    """Mark every test that uses the SparkSession, through any fixture, with ``spark``.
 
     So ``-m "not spark"`` (the fast lane, README) runs exactly the tests that start no Spark.
     A test that runs Spark in a process of its own (``spark-submit``) is marked by hand.
+
+    The order of the modules is pytest-xdist's: a parallel run (``--dist loadscope``) runs
+    each module whole on one worker and hands out the modules of most tests first.
     """
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-    rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 def _spark_started() -> bool:
@@ -136,6 +116,21 @@ def _spark_started() -> bool:
     pyspark = sys.modules.get("pyspark")
     context = getattr(pyspark, "SparkContext", None)
     return context is not None and context._gateway is not None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache_cleared_after_module() -> Iterator[None]:
+    """Drop the DataFrames a module's tests left cached (the tiled pass keeps its first stage
+    until :meth:`~timetile.offline.backfill.BackfillJob.release`, which ``tt.backfill``'s
+    callers rarely call): Spark would keep them until its storage memory filled, and every
+    full collection of the session's heap would walk them."""
+    yield
+    if _spark_started():
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.catalog.clearCache()
 
 
 @pytest.fixture(autouse=True)
