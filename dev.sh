@@ -44,6 +44,8 @@ setup() {
         say "creating the virtual environment in $VENV"
         [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
         "$VENV/bin/python" -m pip install -q --upgrade pip
+        # --no-compile: Python compiles a module's bytecode when it is first imported, and
+        # most of what is installed (pyspark's many files) never is
         "$VENV/bin/python" -m pip install -q --no-compile -e ".[dev]"
         touch "$stamp"
     fi

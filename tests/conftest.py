@@ -47,7 +47,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     code costs more than running it on a test's few rows. Spark keeps both modes equal (and
     falls back to the interpreted one where code fails to compile); the compiled one, Spark's
     default, runs in the processes that tests start (``spark-submit`` in
-    ``tests/test_cluster.py``, the stream killed and restarted in
+    ``tests/test_cluster.py``, the stream killed with ``kill -9`` in
     ``tests/streaming/test_file_stream.py``) and in the benchmarks.
 
     Its memory pages (``spark.buffer.pageSize``) are 1 MB: Spark sizes them from the heap
@@ -121,9 +121,10 @@ def _spark_started() -> bool:
 @pytest.fixture(scope="module", autouse=True)
 def _cache_cleared_after_module() -> Iterator[None]:
     """Drop the DataFrames a module's tests left cached (the tiled pass keeps its first stage
-    until :meth:`~timetile.offline.backfill.BackfillJob.release`, which ``tt.backfill``'s
-    callers rarely call): Spark would keep them until its storage memory filled, and every
-    full collection of the session's heap would walk them."""
+    until :meth:`~timetile.offline.backfill.BackfillJob.release`, which ``tt.backfill``, what
+    most tests call, gives no way to call): Spark would keep them in the heap until its
+    storage memory filled (then on disk), and every full collection of the heap would walk
+    them."""
     yield
     if _spark_started():
         from pyspark.sql import SparkSession

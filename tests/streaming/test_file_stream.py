@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -271,10 +272,10 @@ def test_kill_9_mid_stream_then_restart(world: World, reference: tuple[str, Tile
                f"dir:{landing}?maxFilesPerTrigger=1", "--store", uri, "--checkpoint",
                str(checkpoint), "--trigger-seconds", "0.5"]
     log = (tmp_path / "stream.log").open("w")
-    java = f'--driver-java-options "{SHORT_RUN_JAVA_OPTIONS}" pyspark-shell'
+    submit_args = f"--driver-java-options {shlex.quote(SHORT_RUN_JAVA_OPTIONS)} pyspark-shell"
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True,
-                               env={**os.environ, "PYSPARK_SUBMIT_ARGS": java})
+                               env={**os.environ, "PYSPARK_SUBMIT_ARGS": submit_args})
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and process.poll() is None:
