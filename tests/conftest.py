@@ -64,7 +64,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     (:data:`JAVA_OPTIONS`). A test process runs hundreds of small, different queries, so
     the JIT never settles: it kept recompiling Catalyst's rules and, in a loop of small
     backfills, spent more CPU than the queries' tasks. The lean compiler does as many
-    backfills in the same time with about a fifth less CPU in the JVM.
+    backfills in the same time with a sixth to a fifth less CPU in the JVM.
     """
     from timetile.spark.session import local_session
 
