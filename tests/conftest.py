@@ -33,7 +33,7 @@ SMALL_DATA = (
 
 #: The tests' JVM: garbage collected on one thread, and its optimizing compiler (C2) kept
 #: lean (see :func:`spark`).
-JAVA_OPTIONS = ("-XX:+UseSerialGC -XX:-DoEscapeAnalysis -XX:InlineSmallCode=1000 "
+SESSION_JAVA_OPTIONS = ("-XX:+UseSerialGC -XX:-DoEscapeAnalysis -XX:InlineSmallCode=1000 "
                 "-XX:LoopUnrollLimit=0 -XX:MaxInlineLevel=6 -XX:FreqInlineSize=100")
 
 
@@ -61,10 +61,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     collections they then set off.
 
     Its optimizing compiler inlines less and skips escape analysis and loop unrolling
-    (:data:`JAVA_OPTIONS`). A test process runs hundreds of small, different queries, so
-    the JIT never settles: it kept recompiling Catalyst's rules and, in a loop of small
-    backfills, spent more CPU than the queries' tasks. The lean compiler does as many
-    backfills in the same time with a sixth to a fifth less CPU in the JVM.
+    (:data:`SESSION_JAVA_OPTIONS`). A test process runs hundreds of small, different
+    queries, so the JIT never settles: it kept recompiling Catalyst's rules and, in a loop
+    of small backfills, spent more CPU than the queries' tasks. The lean compiler does as
+    many backfills in the same time on less CPU.
     """
     from timetile.spark.session import local_session
 
@@ -73,7 +73,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf {shlex.quote(f'spark.sql.warehouse.dir={warehouse}')} "
         + "".join(f"--conf {setting} " for setting in SMALL_DATA)
-        + f"--driver-java-options {shlex.quote(JAVA_OPTIONS)} pyspark-shell")
+        + f"--driver-java-options {shlex.quote(SESSION_JAVA_OPTIONS)} pyspark-shell")
     try:
         session = local_session("timetile-tests", cores=2, shuffle_partitions=2)
     finally:

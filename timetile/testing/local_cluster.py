@@ -27,7 +27,8 @@ import pyspark
 #: stream started and killed): one garbage collector thread (the serial collector), as the
 #: machine's other processes need the cores too, and only the JIT's quick tier (C1). Over a
 #: short run, C2's compiling costs more CPU than its faster code gives back; over a whole
-#: test run, as in the tests' own session, it pays.
+#: test run, as in the tests' own session, a lean C2 pays (``SESSION_JAVA_OPTIONS`` in
+#: ``tests/conftest.py``).
 SHORT_RUN_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 #: A standalone application's id, as Spark names it and its worker's folder.
