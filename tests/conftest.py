@@ -34,7 +34,7 @@ SMALL_DATA = (
 #: The tests' JVM: garbage collected on one thread, and its optimizing compiler (C2) kept
 #: lean (see :func:`spark`).
 SESSION_JAVA_OPTIONS = ("-XX:+UseSerialGC -XX:-DoEscapeAnalysis -XX:InlineSmallCode=1000 "
-                "-XX:LoopUnrollLimit=0 -XX:MaxInlineLevel=6 -XX:FreqInlineSize=100")
+                        "-XX:LoopUnrollLimit=0 -XX:MaxInlineLevel=6 -XX:FreqInlineSize=100")
 
 
 @pytest.fixture(scope="session")
