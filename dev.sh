@@ -127,12 +127,21 @@ run_tests() {
     clear_stale_kernels
     say "ruff"
     "$VENV/bin/ruff" check .
-    say "mypy"
-    "$VENV/bin/mypy"
-    say "pytest"
+    # mypy checks beside pytest, whose processes leave the cores idle at times (collecting,
+    # starting Spark, waiting on a subprocess): its report and its verdict come after pytest's.
+    local mypy_log mypy_pid status=0
+    mypy_log=$(mktemp)
+    "$VENV/bin/mypy" >"$mypy_log" 2>&1 &
+    mypy_pid=$!
+    trap "kill $mypy_pid 2>/dev/null || true; rm -f '$mypy_log'" EXIT
+    say "pytest (mypy checks beside it)"
     # On TEST_WORKERS processes (pytest-xdist, 2 by default, 0 for one process), each with its
     # own SparkSession; a module runs whole on one worker, so its module fixtures run once.
-    "$VENV/bin/pytest" -n "${TEST_WORKERS:-2}" --dist loadscope "$@"
+    "$VENV/bin/pytest" -n "${TEST_WORKERS:-2}" --dist loadscope "$@" || status=$?
+    say "mypy"
+    wait "$mypy_pid" || status=$((status ? status : 1))
+    cat "$mypy_log"
+    return "$status"
 }
 
 command=${1:-help}
