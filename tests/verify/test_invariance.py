@@ -23,6 +23,7 @@ from timetile.cli.app import app
 from timetile.cli.verify import MISMATCH_EXIT
 from timetile.offline.executors import tiled, tiled_layout
 from timetile.testing import random_entities, random_events, random_queries, to_spark
+from timetile.verify import replay
 from timetile.verify.tilings import KNOWN_BEFORE
 
 pytestmark = pytest.mark.spark
@@ -76,15 +77,19 @@ def join(spark: Any) -> tt.Join:
 
 def test_every_tiling_gives_every_feature_the_same_value(
         spark: Any, join: tt.Join, tmp_path: Path) -> None:
-    """And no leak: every row is known at its time, so each row's own cut of the sources
+    """The stream tiling too: the events and the entity's mutations replayed through the
+    streaming job after an upload of the day before, each row fetched at its time. And no
+    leak: every row is known at its time, so each row's own cut of the sources
     (:mod:`timetile.verify.leaks`) gives it the same features as the whole sources."""
-    report = tt.verify(join, spark, START, END, tilings="one,daily,random:1", seed=5,
-                       output=tmp_path, leaks=True)
+    report = tt.verify(join, spark, START, END, tilings="one,daily,random:1,stream", seed=5,
+                       output=tmp_path, leaks=True, stream_batch=150)
     assert report.passed, report.markdown()
     assert report.rows > 60  # the queries of the range (the others lie outside it)
-    assert [(run.tiling, run.segments, run.rows) for run in report.runs] == [
-        ("one", 1, report.rows), ("daily", 2, report.rows), ("random:1", 2, report.rows),
-        (KNOWN_BEFORE, 1, report.rows)]
+    assert [(run.tiling, run.rows) for run in report.runs] == [
+        ("one", report.rows), ("daily", report.rows), ("random:1", report.rows),
+        ("stream", report.rows), (KNOWN_BEFORE, report.rows)]
+    assert [run.segments for run in report.runs][:3] == [1, 2, 2]
+    assert report.runs[3].segments > 2  # micro-batches of about 150 of its 400-odd rows
     assert [run.partials for run in report.runs][:3] == ["no: one batch", "yes", "yes"]
     features = {entry.feature for entry in report.features}
     assert len(features) == len(join.output_columns())
@@ -100,10 +105,12 @@ def test_every_tiling_gives_every_feature_the_same_value(
 
 def test_a_window_end_made_inclusive_on_one_path_is_caught_and_named(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The planted engine fault: the tiled executor counts the events at the query's time.
+    """The planted engine faults: the tiled executor counts the events at the query's time,
+    and so does the online fetch (asked a millisecond late).
 
-    ``one`` runs on the sweep; ``daily`` stores partials, so the tiled executor: only the
-    daily tiling is wrong, and the report, the CLI's table and its exit status say so.
+    ``one`` runs on the sweep; ``daily`` stores partials, so the tiled executor; ``stream``
+    fetches online: those two are wrong, and the report, the CLI's table and its exit
+    status say so.
     """
     table = random_events(300, 6, seed=41, days=2)
     data = tmp_path / "data"
@@ -125,11 +132,17 @@ def test_a_window_end_made_inclusive_on_one_path_is_caught_and_named(
         return {name: column + F.lit(1) if name.startswith(tiled_layout.END) else column
                 for name, column in real(layout).items()}
 
+    class LateFetcher(replay.Fetcher):
+        def fetch(self, rows: Any, at: int | None = None) -> Any:
+            assert at is not None
+            return super().fetch(rows, at=at + 1)
+
     monkeypatch.setattr(tiled, "_bounds", inclusive)
+    monkeypatch.setattr(replay, "Fetcher", LateFetcher)
     result = CliRunner().invoke(app, [
         "verify", str(defs), "--start", "2024-01-02", "--end", "2024-01-02",
-        "--tilings", "one,daily", "--output", str(tmp_path / "report")],
-        env={"COLUMNS": "200"})
+        "--tilings", "one,daily,stream", "--stream-batch", "100",
+        "--output", str(tmp_path / "report")], env={"COLUMNS": "200"})
     assert result.exit_code == MISMATCH_EXIT, result.output
     assert "MISMATCH" in result.output
     report = (tmp_path / "report" / "report.md").read_text()
@@ -138,7 +151,9 @@ def test_a_window_end_made_inclusive_on_one_path_is_caught_and_named(
     assert wrong == {"spend_amount_sum_1h", "spend_amount_sum_1d", "spend_item_count"}
     mismatches = pq.read_table(tmp_path / "report" / "mismatches.parquet").to_pylist()
     assert mismatches
-    assert {row["tiling"] for row in mismatches} == {"daily"}
+    assert {row["tiling"] for row in mismatches} == {"daily", "stream"}
+    for tiling in ("daily", "stream"):
+        assert {row["feature"] for row in mismatches if row["tiling"] == tiling} == wrong
 
 
 def test_bad_arguments_are_named_before_any_job(spark: Any, join: tt.Join) -> None:
@@ -148,6 +163,10 @@ def test_bad_arguments_are_named_before_any_job(spark: Any, join: tt.Join) -> No
         ({"end": "2023-12-31"}, "start 2024-01-01 is after end 2023-12-31"),
         ({"start": "Jan 1"}, "start 'Jan 1' is not a day"),
         ({"seed": "1"}, "seed is '1'"),
+        ({"tilings": "stream,one"}, "names 'stream' first"),
+        ({"stream_batch": 0}, "stream_batch is 0: give how many rows each micro-batch"),
+        ({"tilings": "one,stream", "work_dir": "s3a://bucket/verify"},
+         "work_dir s3a://bucket/verify: the stream tiling moves files"),
     ]
     for change, said in cases:
         arguments = {"start": START, "end": END, **change}
@@ -155,6 +174,14 @@ def test_bad_arguments_are_named_before_any_job(spark: Any, join: tt.Join) -> No
             tt.verify(join, spark, **arguments)
     with pytest.raises(ValueError, match="has no row with a time from 2030-01-01 to 2030-01-02"):
         tt.verify(join, spark, "2030-01-01", "2030-01-02")  # one small job: the sample
-    snapshots = join.join_parts[1].group_by.source
+    accounts = join.join_parts[1].group_by.source
+    daily = tt.GroupBy("daily", tt.EntitySource(accounts.snapshot_table, time_column="since"),
+                       ["user_id"], [tt.Aggregation("balance", "sum")],
+                       accuracy=tt.Accuracy.SNAPSHOT)
+    with pytest.raises(ValueError, match=r"parts\[1\] \('daily'\) reads an entity source "
+                       "without a mutation_table"):
+        tt.verify(tt.Join("j", join.left, [join.join_parts[0].group_by, daily]), spark, START,
+                  END, tilings="one,stream")
+    snapshots = accounts
     with pytest.raises(ValueError, match=r"give the Join a left tt\.EventSource"):
         tt.verify(tt.Join("entity_left", snapshots, [join.join_parts[1]]), spark, START, END)

@@ -24,6 +24,10 @@ def test_names_read_in_order_any_case_and_spacing() -> None:
     assert [t.name for t in parse_tilings(" One ,DAILY, random:12")] == [
         "one", "daily", "random:12"]
     assert parse_tilings(["daily", "one"]) == (Tiling("daily"), Tiling("one"))
+    assert parse_tilings("one,Stream") == (Tiling("one"), Tiling("stream"))
+    assert not Tiling("stream").incremental
+    with pytest.raises(ValueError, match="micro-batches of rows, not segments"):
+        segments(Tiling("stream"), 0, DAY_MS, seed=0)
 
 
 @pytest.mark.parametrize(("text", "said"), [
@@ -33,6 +37,9 @@ def test_names_read_in_order_any_case_and_spacing() -> None:
     (f"random:{MAX_RANDOM_CUTS + 1}", "random:N with N from 1"),
     ("one,one", "names 'one' twice"),
     ("one", "names only 'one', which has nothing to be compared with"),
+    ("stream,daily", "names 'stream' first, but the first is the reference of exact features, "
+                     "a batch backfill: name another first, e.g. 'daily,stream'"),
+    ("stream", "e.g. 'one,stream'"),
     ("daily", "e.g. 'one,daily'"),
     ("", "'' is not a tiling"),
     ([], "tilings is empty"),
@@ -83,6 +90,8 @@ DEFS = str(Path(__file__).resolve().parents[2] / "timetile" / "demo" / "checkout
     (["--start", "Feb 1"], "--start 'Feb 1' is not a date"),
     (["--sample", "0"], "--sample"),
     (["--tilings", "daily"], "or check leaks with it"),
+    (["--tilings", "stream,one"], "e.g. 'one,stream'"),
+    (["--stream-batch", "0"], "--stream-batch"),
 ])
 def test_the_command_refuses_bad_options_before_spark_starts(options: list[str],
                                                              said: str) -> None:
@@ -105,7 +114,8 @@ def test_a_row_the_reference_lost_is_its_mismatch_and_compared_nowhere_else() ->
         "time": [1, 2, 3], "left": ['{"k":1}', '{"k":2}', '{"k":3}'],
         "p0": [None, True, True], "t0_0": [None, 5.0, 7.0],
         "p1": [True, True, None], "t1_0": [4.0, 5.5, None]})
-    judged = _Judge([_Feature("f", "sum", T.DoubleType(), None)], ["one", "daily"]).judge(batch)
+    judged = _Judge([_Feature("f", "sum", T.DoubleType(), None)], ["one", "daily"],
+                    [False, False], [set(), set()]).judge(batch)
     assert judged.to_pylist() == [
         {"feature": "f", "tiling": "one", "time": 1, "match": False, "left": '{"k":1}',
          "reference": "(row missing)", "value": "(row missing)", "moved": None},
@@ -113,6 +123,46 @@ def test_a_row_the_reference_lost_is_its_mismatch_and_compared_nowhere_else() ->
          "reference": "5.0", "value": "5.5", "moved": 0.5},
         {"feature": "f", "tiling": "daily", "time": 3, "match": False, "left": '{"k":3}',
          "reference": "7.0", "value": "(row missing)", "moved": None}]
+
+
+def test_served_values_are_read_as_json_and_unserved_features_are_not_judged() -> None:
+    """The stream tiling's values are the response log's JSON text; a derivation it never
+    fetched is judged in no row of it, and still in the other tilings."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from timetile.verify.invariance import _Feature, _Judge
+
+    batch = pa.RecordBatch.from_pydict({
+        "time": [1, 2], "left": ['{"k":1}', '{"k":2}'],
+        "p0": [True, True], "t0_0": [[1.0, float("nan")], [2.0]], "t0_1": [3.0, 4.0],
+        "p1": [True, True], "t1_0": [None, None], "t1_1": [3.5, 4.0],
+        "p2": [True, True], "t2_0": ['[1,"NaN"]', "[2.5]"], "t2_1": [None, None]})
+    features = [_Feature("f", "last_k", T.ArrayType(T.DoubleType()), None),
+                _Feature("d", "derived", T.DoubleType(), None)]
+    judged = _Judge(features, ["one", "daily", "stream"], [False, False, True],
+                    [set(), {0}, {1}]).judge(batch).to_pylist()
+    assert [(row["feature"], row["tiling"], row["time"], row["match"]) for row in judged] == [
+        ("f", "stream", 1, True), ("d", "daily", 1, False),
+        ("f", "stream", 2, False), ("d", "daily", 2, True)]
+    assert judged[2]["reference"] == "[2.0]"
+    assert judged[2]["value"] == "[2.5]"
+
+
+@given(st.lists(st.integers(0, 100), max_size=30).map(sorted),
+       st.sets(st.integers(1, 99), max_size=8).map(sorted))
+def test_each_row_is_fetched_once_after_the_batch_that_streams_what_precedes_it(
+        times: list[int], inner: list[int]) -> None:
+    from timetile.verify.replay import _asked
+
+    cuts = [0, *inner, 100]
+    fetched = [(batch, position) for batch in range(len(cuts) - 1)
+               for position in _asked(times, cuts, batch)]
+    assert sorted(position for _, position in fetched) == [
+        position for position, at in enumerate(times) if at <= 100]
+    for batch, position in fetched:  # every row before it streamed, and nothing of a later batch
+        assert cuts[batch] <= times[position] <= cuts[batch + 1]
+        assert batch == 0 or times[position] > cuts[batch]
 
 
 def test_a_derivation_of_an_approximate_feature_is_left_out_by_name() -> None:

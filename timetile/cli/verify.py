@@ -24,7 +24,8 @@ from timetile.cli.common import (
 )
 from timetile.cli.progress import JobProgress
 from timetile.core.timeutil import ms_to_iso
-from timetile.verify.tilings import DEFAULT_TILINGS, KINDS, parse_tilings
+from timetile.verify.tiling_report import UNSERVED_NOTE
+from timetile.verify.tilings import DEFAULT_STREAM_BATCH, DEFAULT_TILINGS, KINDS, parse_tilings
 
 if TYPE_CHECKING:
     from timetile.verify.tiling_report import VerifyReport
@@ -50,6 +51,13 @@ _VERIFY_EXAMPLE = """\
   [dim]Also recomputes each sampled row over only the rows known before its time (a
   source's known_at, e.g. tt.EventSource(..., known_at="ingested_at")) and exits 1 when a
   feature changes: its training values saw rows that had not arrived yet.[/]
+
+  [cyan]timetile verify timetile/demo/checkout_model.py --start 2024-02-20 --end 2024-02-29 \
+      --tilings one,stream --stream-batch 1000[/]
+
+  [dim]Uploads as of 2024-02-19, replays every source's rows of the range in time order
+  through the streaming job, 1,000 rows per micro-batch, and fetches each sampled row at its
+  time as the online service would: the online path against one batch backfill.[/]
 """
 
 
@@ -76,6 +84,9 @@ def verify(
         help="Keep the work files (sampled rows, each tiling's output, stored partials) "
              "here; on a cluster, a folder every executor reaches. Default: a temporary "
              "local folder, removed at the end.", show_default=False)] = None,
+    stream_batch: Annotated[int, typer.Option(
+        help="The stream tiling's rows per micro-batch, across all sources.", min=1)
+    ] = DEFAULT_STREAM_BATCH,
     leaks: Annotated[bool, typer.Option(
         "--leaks", help="Also recompute each sampled row over only the rows known before its "
         "time (cut by each source's known_at, if it declares one), and report the features "
@@ -85,8 +96,9 @@ def verify(
     """Compute a Join's features under several cuts of time and compare them, value by value.
 
     A correct computation does not depend on how its input is cut along time: one batch,
-    day by day on stored partials and random cuts must give every left row the same
-    features; and with --leaks, nor on rows that arrived after the left row's time.
+    day by day on stored partials, random cuts and a replay through the streaming job must
+    give every left row the same features; and with --leaks, nor on rows that arrived after
+    the left row's time.
     Prints the mismatches per feature and tiling, then the first mismatching rows.
     """
     out = console()
@@ -107,7 +119,7 @@ def verify(
         with JobProgress(None, out) as progress, spark_session(progress) as spark:
             report = check(chosen, spark, start, end, tilings=tilings, sample=sample,
                            seed=seed, output=output, work_dir=work_dir, progress=progress,
-                           leaks=leaks)
+                           leaks=leaks, stream_batch=stream_batch)
     print_verify(out, report)
     if not report.passed:
         raise typer.Exit(MISMATCH_EXIT)
@@ -117,7 +129,7 @@ def print_verify(out: Console, report: VerifyReport) -> None:
     """Print the runs, the per-feature table, the first mismatching rows and the summary."""
     runs = Table(title=f"Tilings of {report.join} · {report.rows:,} sampled left rows, "
                        f"{report.start} to {report.end}", title_justify="left", show_edge=False)
-    for name in ("tiling", "segments", "backfills", "rows", "seconds", "stored partials"):
+    for name in ("tiling", "segments", "runs", "rows", "seconds", "stored partials"):
         runs.add_column(name, justify="left" if name in ("tiling", "stored partials")
                         else "right")
     for run in report.runs:
@@ -134,10 +146,12 @@ def print_verify(out: Console, report: VerifyReport) -> None:
     for run in report.runs:
         grid.add_column(run.tiling, justify="right")
     for feature, op, cells in report.grid():
-        style = "red" if any(cell not in ("0", "ref") for cell in cells) else ""
+        style = "red" if any(cell not in ("0", "ref", "-") for cell in cells) else ""
         grid.add_row(Text(feature, style=style), op, *cells)
     out.print()
     out.print(grid)
+    if any("-" in cells for _, _, cells in report.grid()):
+        out.print(f"[dim]-: {UNSERVED_NOTE}.[/]")
     if report.examples:
         shown = Table(title="First mismatching rows", title_justify="left", show_edge=False)
         for name in ("feature", "tiling", "time", "left row", "reference", "value"):

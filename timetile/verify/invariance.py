@@ -33,6 +33,7 @@ folder every executor can reach).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -70,16 +71,18 @@ from timetile.testing import percentile_rank_bounds
 from timetile.verify.consistency import APPROX_CHECKS, Stages, approx_parts, feature_ops
 from timetile.verify.cuts import Cut, source_as_of
 from timetile.verify.leaks import as_known
+from timetile.verify.replay import SampledRows, replay
 from timetile.verify.results import BOUND, EXACT
 from timetile.verify.tiling_report import FeatureTiling, TilingMismatch, TilingRun, VerifyReport
 from timetile.verify.tilings import (
+    DEFAULT_STREAM_BATCH,
     DEFAULT_TILINGS,
     KNOWN_BEFORE,
     Tiling,
     parse_tilings,
     segments,
 )
-from timetile.verify.values import offline_value
+from timetile.verify.values import decode_served, offline_value
 
 __all__ = ["DEFAULT_SAMPLE", "EXAMPLES", "verify"]
 
@@ -107,7 +110,8 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
            tilings: str | Sequence[str] = DEFAULT_TILINGS, sample: int = DEFAULT_SAMPLE,
            seed: int = 0, output: str | os.PathLike[str] | None = None,
            work_dir: str | os.PathLike[str] | None = None,
-           progress: Stages | None = None, leaks: bool = False) -> VerifyReport:
+           progress: Stages | None = None, leaks: bool = False,
+           stream_batch: int = DEFAULT_STREAM_BATCH) -> VerifyReport:
     """Compute ``join``'s features under each tiling of ``[start, end]`` and compare them.
 
     Args:
@@ -128,6 +132,8 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
             (:mod:`timetile.verify.leaks`) and report, as mismatches, the features whose
             value changes: rows that arrived late (a source's ``known_at``) or an engine
             that reads past the row's time. Then one tiling is enough.
+        stream_batch: the ``stream`` tiling's rows per micro-batch, across all sources
+            (:mod:`timetile.verify.replay`).
 
     Returns:
         The :class:`~timetile.verify.tiling_report.VerifyReport`; ``report.passed`` says
@@ -141,7 +147,8 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
     """
     chosen, (low, high) = _check_arguments(join, spark, start, end, tilings=tilings,
                                            sample=sample, seed=seed, output=output,
-                                           work_dir=work_dir, progress=progress, leaks=leaks)
+                                           work_dir=work_dir, progress=progress, leaks=leaks,
+                                           stream_batch=stream_batch)
     stage: Callable[[str], AbstractContextManager[Any]] = (
         progress.stage if progress is not None else lambda _: nullcontext())
     owned = work_dir is None
@@ -167,6 +174,11 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
         history: tuple[str, str] | None = None  # the first store: (its tiling, its folder)
         for index, tiling in enumerate(chosen):
             path = f"{work}/tiling{index}"
+            if tiling.kind == "stream":
+                runs.append(replay(join, spark, _fetched_rows(spark, sampled),
+                                   bounds=(low, high), batch_rows=stream_batch, work=work,
+                                   path=path, stage=stage))
+                continue
             runs.append(_run(join, spark, tiling, sampled, bounds=(low, high), seed=seed,
                              refusal=refusal, path=path, history=history, stage=stage))
             if tiling.incremental and refusal is None and history is None:
@@ -177,8 +189,10 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
         outputs = [(run.tiling, f"{work}/tiling{index}" if index < len(chosen)
                     else f"{work}/known") for index, run in enumerate(runs)]
         with stage("compare"):
-            features, examples, skipped = _compare(join, spark, sampled, outputs,
-                                                   output=output)
+            features, examples, skipped = _compare(
+                join, spark, sampled, outputs, output=output,
+                served=[tiling.kind == "stream" for tiling in chosen]
+                + [False] * (len(runs) - len(chosen)))
         report = VerifyReport(join.name, start, end, chosen[0].name, len(sampled.times),
                               runs, features, examples,
                               None if output is None else os.fspath(output), skipped)
@@ -196,7 +210,8 @@ def _check_arguments(join: Join, spark: SparkSession, start: str, end: str, *,
                      tilings: str | Sequence[str], sample: int, seed: int,
                      output: str | os.PathLike[str] | None,
                      work_dir: str | os.PathLike[str] | None, progress: Stages | None,
-                     leaks: bool) -> tuple[tuple[Tiling, ...], tuple[int, int]]:
+                     leaks: bool, stream_batch: int
+                     ) -> tuple[tuple[Tiling, ...], tuple[int, int]]:
     """Refuse arguments that cannot work, each named with its fix, before any job."""
     expect_argument("join", join, Join, "a tt.Join",
                     "verify a Join: tt.Join(name, left=tt.EventSource(...), parts=[...])")
@@ -222,6 +237,11 @@ def _check_arguments(join: Join, spark: SparkSession, start: str, end: str, *,
                          "positive int")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed is {seed!r}: give an int")
+    if isinstance(stream_batch, bool) or not isinstance(stream_batch, int) or stream_batch < 1:
+        raise ValueError(f"stream_batch is {stream_batch!r}: give how many rows each "
+                         "micro-batch of the stream tiling holds, a positive int")
+    if any(tiling.kind == "stream" for tiling in chosen):
+        _check_streamable(join, work_dir)
     folder = "give a str or a pathlib.Path"
     expect_argument("output", output, (str, os.PathLike, type(None)), "a folder or None",
                     folder)
@@ -237,6 +257,22 @@ def _check_arguments(join: Join, spark: SparkSession, start: str, end: str, *,
                     "an object with a stage(name) context, or None",
                     "pass timetile.cli.progress.JobProgress(...) or leave it out")
     return chosen, (low, high)
+
+
+def _check_streamable(join: Join, work_dir: str | os.PathLike[str] | None) -> None:
+    """Refuse what the ``stream`` tiling cannot replay, before any job."""
+    if work_dir is not None and "://" in os.fspath(work_dir):
+        raise ValueError(f"work_dir {os.fspath(work_dir)!s}: the stream tiling moves files "
+                         "into landing folders and keeps an LMDB store there, so it needs a "
+                         "local folder: give a local path, or leave work_dir out")
+    for index, part in enumerate(join.join_parts):
+        source = part.group_by.source
+        if isinstance(source, EntitySource) and source.mutation_table is None:
+            raise ValueError(
+                f"tilings: 'stream' replays change streams, and parts[{index}] "
+                f"({part.group_by.name!r}) reads an entity source without a mutation_table, "
+                "which online changes only with each day's upload: give the source its "
+                "mutation_table, or verify this Join with batch tilings only")
 
 
 # --- the sampled left rows ------------------------------------------------------------------
@@ -292,6 +328,17 @@ def _sample(join: Join, spark: SparkSession, *, low: int, high: int, sample: int
     written = sampled.read(spark)
     times = sorted(value[0] for value in written.select(sampled.millis(written)).collect())
     return replace(sampled, times=tuple(times))
+
+
+def _fetched_rows(spark: SparkSession, sampled: _Sampled) -> SampledRows:
+    """Return the sampled rows as the stream tiling fetches them (at most ``sample``)."""
+    frame = sampled.read(spark)
+    collected = sorted((row[0], row[1:]) for row in
+                       frame.select(sampled.millis(frame), sampled.row, *sampled.columns)
+                       .collect())
+    names = (sampled.row, *sampled.columns)
+    return SampledRows([dict(zip(names, values, strict=True)) for _, values in collected],
+                       sampled.row, [at for at, _ in collected])
 
 
 # --- one tiling ----------------------------------------------------------------------------
@@ -409,12 +456,15 @@ class _Feature:
 
 
 def _compare(join: Join, spark: SparkSession, sampled: _Sampled,
-             written: Sequence[tuple[str, str]], *, output: str | os.PathLike[str] | None
-             ) -> tuple[list[FeatureTiling], list[TilingMismatch], list[str]]:
+             written: Sequence[tuple[str, str]], *, output: str | os.PathLike[str] | None,
+             served: Sequence[bool]) -> tuple[list[FeatureTiling], list[TilingMismatch],
+                                              list[str]]:
     """Join every run's output on the row number, judge each value, count per feature.
 
     ``written`` names each run (a tiling, or the leak check) and its output's folder, the
-    reference first. Returns the per-(feature, run) counts, the first mismatching rows,
+    reference first; ``served`` says, per run, that its values are served JSON text (the
+    stream tiling's), and a feature its output lacks (a derivation, which no fetch serves)
+    is not judged in it. Returns the per-(feature, run) counts, the first mismatching rows,
     and the derived columns left out (:func:`_uncomparable`).
     """
     rows = sampled.read(spark)
@@ -428,10 +478,13 @@ def _compare(join: Join, spark: SparkSession, sampled: _Sampled,
              if column not in (sampled.row, *sampled.columns, *skipped)]
     truth = _truth(join, spark, sampled, {name: feature for feature, name in enumerate(names)
                                           if ops.get(name) in APPROX_CHECKS})
+    absent = [{feature for feature, name in enumerate(names) if name not in out.columns}
+              for out in outputs]
     for index, out in enumerate(outputs):
         frame = frame.join(out.select(
             sampled.row, F.lit(True).alias(f"p{index}"),
-            *(F.col(name).alias(f"t{index}_{feature}") for feature, name in enumerate(names))),
+            *((F.lit(None) if feature in absent[index] else F.col(name))
+              .alias(f"t{index}_{feature}") for feature, name in enumerate(names))),
             sampled.row, "left")
     if truth is not None:
         frame = frame.join(truth, sampled.row, "left")
@@ -439,7 +492,8 @@ def _compare(join: Join, spark: SparkSession, sampled: _Sampled,
     features = [_Feature(name, ops.get(name, "derived"), outputs[0].schema[name].dataType,
                          schema[f"b{feature}"].dataType if f"b{feature}" in schema.names
                          else None) for feature, name in enumerate(names)]
-    compared = frame.mapInArrow(_Judge(features, names_of_runs), _COMPARED_SPARK).persist()
+    compared = frame.mapInArrow(_Judge(features, names_of_runs, served, absent),
+                                _COMPARED_SPARK).persist()
     try:
         counts = {(row["feature"], row["tiling"]): (row["n"], row["bad"], row["moved"])
                   for row in compared.groupBy("feature", "tiling").agg(
@@ -490,12 +544,16 @@ class _Judge:
     """The Arrow function of ``mapInArrow``: per sampled row, each feature in each tiling.
 
     Picklable (names, Spark types, module-level functions), so it travels to the executors.
-    O(features × tilings) per row.
+    O(features × tilings) per row. ``served[t]``: tiling ``t``'s values are served JSON text;
+    ``absent[t]``: the features it has no value of, not judged in it.
     """
 
-    def __init__(self, features: Sequence[_Feature], tilings: Sequence[str]) -> None:
+    def __init__(self, features: Sequence[_Feature], tilings: Sequence[str],
+                 served: Sequence[bool], absent: Sequence[set[int]]) -> None:
         self.features = list(features)
         self.tilings = list(tilings)
+        self.served = list(served)
+        self.absent = list(absent)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -531,10 +589,13 @@ class _Judge:
                     continue
                 reference = offline_value(columns[f"t0_{index}"][row], feature.data_type)
                 for tiling, name in enumerate(self.tilings):
-                    if tiling == 0 and not bound:
-                        continue  # the reference of an exact feature
+                    if (tiling == 0 and not bound) or index in self.absent[tiling]:
+                        continue  # the reference of an exact feature, or a value not served
                     present = columns[f"p{tiling}"][row] is not None
-                    value = offline_value(columns[f"t{tiling}_{index}"][row], feature.data_type)
+                    cell = columns[f"t{tiling}_{index}"][row]
+                    value = (decode_served(json.loads(cell), feature.data_type)
+                             if self.served[tiling] and cell is not None
+                             else offline_value(cell, feature.data_type))
                     match = present and (APPROX_CHECKS[feature.op](value, truth) if bound
                                          else same_value(value, reference))
                     if match:

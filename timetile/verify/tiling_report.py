@@ -19,6 +19,9 @@ from timetile.verify.tilings import KNOWN_BEFORE
 LEAKS_NOTE = (f"; `{KNOWN_BEFORE}`: each row recomputed over only the rows known before its "
               "time, so a mismatch there is a leak: rows that arrived late (a source's "
               "known_at), or a read past the row's time")
+#: What ``-`` in the table of features means.
+UNSERVED_NOTE = ("not compared in that tiling, which has no value of it (the stream tiling "
+                 "fetches online, where a derivation is not served)")
 
 
 @dataclass(frozen=True)
@@ -26,9 +29,10 @@ class TilingRun:
     """How one tiling ran.
 
     Attributes:
-        tiling: its name (``one``, ``daily``, ``random:3``).
-        segments: the segments the range was cut into.
-        runs: the backfills made (segments without a sampled left row are skipped).
+        tiling: its name (``one``, ``daily``, ``random:3``, ``stream``).
+        segments: the segments the range was cut into; the stream's micro-batches.
+        runs: the backfills made (segments without a sampled left row are skipped); the
+            stream's micro-batches followed by fetches.
         rows: output rows over all runs (every sampled left row exactly once when correct).
         seconds: wall time of its runs.
         partials: whether its runs reused stored hop partials, and if not why.
@@ -166,7 +170,7 @@ class VerifyReport:
         """Return the report as Markdown: summary, runs, the per-feature table, first mismatches."""
         tilings = [run.tiling for run in self.runs]
         lines = [f"# Tiling invariance of {self.join}", "", f"**{self.summary()}**", "",
-                 "| tiling | segments | backfills | rows | seconds | stored partials |",
+                 "| tiling | segments | runs | rows | seconds | stored partials |",
                  "|---|---:|---:|---:|---:|---|"]
         lines += [f"| {run.tiling} | {run.segments:,} | {run.runs:,} | {run.rows:,} | "
                   f"{run.seconds:.1f} | {run.partials} |" for run in self.runs]
@@ -176,8 +180,11 @@ class VerifyReport:
                   f"number{LEAKS_NOTE if self.checks_leaks else ''}):", "",
                   "| feature | op | " + " | ".join(tilings) + " |",
                   "|---|---|" + "---:|" * len(tilings)]
-        for feature, op, cells in self.grid():
+        grid = self.grid()
+        for feature, op, cells in grid:
             lines.append(f"| {feature} | {op} | " + " | ".join(cells) + " |")
+        if any("-" in cells for _, _, cells in grid):
+            lines += ["", f"`-`: {UNSERVED_NOTE}."]
         if self.skipped:
             lines += ["", f"Not compared: {', '.join(self.skipped)} (derived from an "
                       "approximate feature, which has no bound of its own)."]
@@ -211,7 +218,7 @@ class VerifyReport:
             f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p><b>{html.escape(self.summary())}</b></p>"
             "<h2>Tilings</h2><table><thead><tr><th>tiling</th><th>segments</th>"
-            "<th>backfills</th><th>rows</th><th>seconds</th><th>stored partials</th></tr>"
+            "<th>runs</th><th>rows</th><th>seconds</th><th>stored partials</th></tr>"
             f"</thead><tbody>{runs}</tbody></table>"
             f"<h2>Mismatches per feature</h2><p>Exact features against {self.reference} "
             "(ref); approximate ops against the exact oracle's bounds in every tiling; "
@@ -229,14 +236,18 @@ class VerifyReport:
             + "</body></html>\n")
 
     def grid(self) -> list[tuple[str, str, list[str]]]:
-        """Return, per feature, its op and one cell per tiling: mismatches, or ``ref``."""
+        """Return, per feature, its op and one cell per tiling: mismatches, ``ref`` or ``-``.
+
+        ``-``: the tiling has no value of it (a derivation, which no fetch serves).
+        """
         order = [run.tiling for run in self.runs]
         cells: dict[str, dict[str, str]] = {}
         ops: dict[str, str] = {}
         for entry in self.features:
             ops[entry.feature] = entry.op if entry.check != BOUND else f"{entry.op} (bound)"
             cells.setdefault(entry.feature, {})[entry.tiling] = (
-                "ref" if entry.compared == 0 and entry.check != BOUND
+                ("ref" if entry.check != BOUND and entry.tiling == self.reference else "-")
+                if entry.compared == 0
                 else f"{entry.mismatches:,}" + (f" (moved {entry.moved:.6g})"
                                                  if entry.moved else ""))
         return [(feature, ops[feature], [row.get(name, "") for name in order])

@@ -9,6 +9,10 @@ every left row the same features under every tiling.
 - ``daily``: one segment per UTC day (the incremental path a scheduled job takes).
 - ``random:N``: ``N`` cuts at random milliseconds of the range (so ``N + 1`` segments),
   drawn from a seed: cuts fall inside days, hops and windows, where an off-by-one hides.
+- ``stream``: no backfill: an upload as of the day before the range, then every source's
+  rows of the range replayed in time order through the streaming job, each sampled left
+  row fetched at its time as the online service would (:mod:`timetile.verify.replay`).
+  It cannot be the reference, which is a batch: name another tiling first.
 
 >>> [t.name for t in parse_tilings("one, daily,random:3")]
 ['one', 'daily', 'random:3']
@@ -26,15 +30,20 @@ from dataclasses import dataclass
 
 from timetile.core.timeutil import DAY_MS
 
-__all__ = ["DEFAULT_TILINGS", "KINDS", "KNOWN_BEFORE", "Tiling", "parse_tilings", "segments"]
+__all__ = ["DEFAULT_STREAM_BATCH", "DEFAULT_TILINGS", "KINDS", "KNOWN_BEFORE", "Tiling",
+           "parse_tilings", "segments"]
 
 #: The tilings ``verify`` runs when none are named.
 DEFAULT_TILINGS = "one,daily,random:3"
+#: The ``stream`` tiling's rows per micro-batch, across all sources, when not given.
+DEFAULT_STREAM_BATCH = 2_000
 #: Each kind of tiling and what it means, for ``--help`` and errors.
 KINDS = {
     "one": "one batch backfill of the whole range",
     "daily": "day by day, each day reusing the stored hop partials of the days before",
     "random:N": "N cuts at random milliseconds, each segment reusing the partials before it",
+    "stream": "an upload of the day before, then the rows replayed through the streaming job "
+              "and each row fetched at its time",
 }
 #: The name of the leak check (``verify(leaks=True)``) where reports list it beside the
 #: tilings: each row recomputed over the rows known before its time.
@@ -46,7 +55,7 @@ MAX_RANDOM_CUTS = 1_000
 
 @dataclass(frozen=True)
 class Tiling:
-    """One way to cut the range: ``kind`` is ``one``, ``daily`` or ``random``.
+    """One way to cut the range: ``kind`` is ``one``, ``daily``, ``random`` or ``stream``.
 
     Attributes:
         kind: the tiling's kind.
@@ -65,7 +74,7 @@ class Tiling:
     @property
     def incremental(self) -> bool:
         """Whether its segments run one after another on stored partials."""
-        return self.kind != "one"
+        return self.kind in ("daily", "random")
 
 
 def parse_tilings(text: str | Sequence[str], *, alone: bool = False) -> tuple[Tiling, ...]:
@@ -86,7 +95,7 @@ def parse_tilings(text: str | Sequence[str], *, alone: bool = False) -> tuple[Ti
             raise ValueError(f"tilings holds {raw!r}, not a name: {fix}")
         name = raw.strip().lower()
         found = _RANDOM.fullmatch(name)
-        if name in ("one", "daily"):
+        if name in ("one", "daily", "stream"):
             tiling = Tiling(name)
         elif found and 1 <= int(found.group(1)) <= MAX_RANDOM_CUTS:
             tiling = Tiling("random", int(found.group(1)))
@@ -100,6 +109,11 @@ def parse_tilings(text: str | Sequence[str], *, alone: bool = False) -> tuple[Ti
         made.append(tiling)
     if not made:
         raise ValueError(f"tilings is empty: {fix}")
+    if made[0].kind == "stream":
+        rest = [tiling.name for tiling in made[1:]]
+        raise ValueError("tilings names 'stream' first, but the first is the reference of "
+                         "exact features, a batch backfill: name another first, e.g. "
+                         f"{','.join([*(rest[:1] or ['one']), 'stream'])!r}")
     if len(made) == 1 and not alone:
         example = DEFAULT_TILINGS if made[0].name == "one" else f"one,{made[0].name}"
         raise ValueError(f"tilings names only {made[0].name!r}, which has nothing to be "
@@ -118,6 +132,9 @@ def segments(tiling: Tiling, low: int, high: int, *, seed: int) -> list[tuple[in
     """
     if high <= low:
         raise ValueError(f"the range [{low}, {high}) is empty")
+    if tiling.kind == "stream":
+        raise ValueError("the stream tiling cuts the range into micro-batches of rows, not "
+                         "segments: see timetile.verify.replay")
     if tiling.kind == "one":
         cuts: list[int] = []
     elif tiling.kind == "daily":
