@@ -108,7 +108,7 @@ def test_a_row_the_reference_lost_is_its_mismatch_and_compared_nowhere_else() ->
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    from timetile.verify.invariance import _Feature, _Judge
+    from timetile.verify.tiling_compare import _Feature, _Judge
 
     batch = pa.RecordBatch.from_pydict({
         "time": [1, 2, 3], "left": ['{"k":1}', '{"k":2}', '{"k":3}'],
@@ -131,7 +131,7 @@ def test_served_values_are_read_as_json_and_unserved_features_are_not_judged() -
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    from timetile.verify.invariance import _Feature, _Judge
+    from timetile.verify.tiling_compare import _Feature, _Judge
 
     batch = pa.RecordBatch.from_pydict({
         "time": [1, 2], "left": ['{"k":1}', '{"k":2}'],
@@ -167,7 +167,7 @@ def test_each_row_is_fetched_once_after_the_batch_that_streams_what_precedes_it(
 
 def test_a_derivation_of_an_approximate_feature_is_left_out_by_name() -> None:
     import timetile as tt
-    from timetile.verify.invariance import _uncomparable
+    from timetile.verify.tiling_compare import _uncomparable
 
     spend = tt.GroupBy("spend", tt.EventSource("events"), ["user_id"], [
         tt.Aggregation("amount", "approx_percentile", percentiles=[0.5]),

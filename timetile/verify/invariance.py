@@ -9,35 +9,30 @@ tilings on hop partials stored by the segments before (a store of their own, tol
 events landed before ``b`` only, so a cut day is never stored part-landed; the days before
 the range are copied from the first such store). With ``leaks``, one more backfill computes
 each sampled row over its own cut at its time (:mod:`timetile.verify.leaks`), compared as
-one more tiling. Then it compares every feature of every sampled row, on the executors:
-
-- exact ops (and derivations) against the reference tiling, the first one named, with
-  :func:`~timetile.core.equality.same_value` (floats to 1e-9 relative, NaN equals NaN);
-- approximate ops in every tiling against the exact oracle's error bounds, as the
-  consistency check judges them (:data:`~timetile.verify.consistency.APPROX_CHECKS`).
-
-A row a tiling lost or repeated counts as a mismatch too. A derived column that reads an
-approximate feature has no bound to be judged by: it is left out, and the report names it.
-Only per-(feature, tiling) counts and the first mismatching rows come back to the driver,
-and the left rows' times (at most ``sample`` numbers, to skip segments without a row).
+one more tiling. The ``stream`` tiling runs no backfill: it replays the sources through the
+streaming job and fetches each sampled row online (:mod:`timetile.verify.replay`). Then it
+compares every feature of every sampled row, on the executors
+(:mod:`timetile.verify.tiling_compare`): exact ops (and derivations) against the reference
+tiling, the first one named; approximate ops in every tiling against the exact oracle's
+error bounds. A derived column that reads an approximate feature has no bound to be judged
+by: it is left out, and the report names it. Only per-(feature, tiling) counts and the
+first mismatching rows come back to the driver, and the left rows' times (at most
+``sample`` numbers, to skip segments without a row).
 
 Cost: one sampling pass over the left source; per tiling, one backfill per segment that
 holds a sampled row (each plans and counts its input, so a backfill's fixed cost of a few
 seconds on local Spark multiplies by the days of a ``daily`` tiling); with ``leaks``, one
-backfill over copies of each sampled row's sources; the oracle over the sampled rows when
-the Join has approximate ops; one comparison job. Work files (the sampled
-rows, each tiling's output, stored partials) live in a temporary local folder, removed at the
-end, or in a new ``run-…`` folder of ``work_dir`` when given, kept (on a cluster, give a
-folder every executor can reach).
+backfill over copies of each sampled row's sources; for ``stream``, see its module; the
+oracle over the sampled rows when the Join has approximate ops; one comparison job. Work
+files (the sampled rows, each tiling's output, stored partials) live in a temporary local
+folder, removed at the end, or in a new ``run-…`` folder of ``work_dir`` when given, kept
+(on a cluster, give a folder every executor can reach).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -45,35 +40,29 @@ import uuid
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from timetile.api.errors import expect_argument
 from timetile.api.join import Join
 from timetile.api.sources import EntitySource, EventSource
-from timetile.core.aggregators.sketches import KLL_RANK_ERROR
-from timetile.core.equality import same_value
 from timetile.core.locations import write_problem
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.offline.arguments import time_range
 from timetile.offline.backfill import BackfillJob, partials_refusal
 from timetile.offline.executors.partial_store import copy_days
 from timetile.offline.plan import PartPlan, plan_backfill
-from timetile.online.jsonable import dumps
-from timetile.spark.sources import TIME, check_session, load_events, time_millis
-from timetile.testing import percentile_rank_bounds
-from timetile.verify.consistency import APPROX_CHECKS, Stages, approx_parts, feature_ops
+from timetile.spark.sources import TIME, check_session, load_events
+from timetile.verify.consistency import Stages
 from timetile.verify.cuts import Cut, source_as_of
 from timetile.verify.leaks import as_known
 from timetile.verify.replay import SampledRows, replay
-from timetile.verify.results import BOUND, EXACT
-from timetile.verify.tiling_report import FeatureTiling, TilingMismatch, TilingRun, VerifyReport
+from timetile.verify.tiling_compare import Sampled, compare
+from timetile.verify.tiling_report import TilingRun, VerifyReport
 from timetile.verify.tilings import (
     DEFAULT_STREAM_BATCH,
     DEFAULT_TILINGS,
@@ -82,28 +71,14 @@ from timetile.verify.tilings import (
     parse_tilings,
     segments,
 )
-from timetile.verify.values import decode_served, offline_value
 
-__all__ = ["DEFAULT_SAMPLE", "EXAMPLES", "verify"]
+__all__ = ["DEFAULT_SAMPLE", "verify"]
 
 log = logging.getLogger(__name__)
 
 #: Left rows checked when ``sample`` is not given.
 DEFAULT_SAMPLE = 2_000
-#: Mismatching rows kept per (feature, tiling) for the report: the earliest ones.
-EXAMPLES = 5
 #: What the comparison writes per (sampled row, feature, tiling) it judges.
-_COMPARED = pa.schema([("feature", pa.string()), ("tiling", pa.string()),
-                       ("time", pa.int64()), ("match", pa.bool_()), ("left", pa.string()),
-                       ("reference", pa.string()), ("value", pa.string()),
-                       ("moved", pa.float64())])
-_COMPARED_SPARK = T.StructType([
-    T.StructField("feature", T.StringType()), T.StructField("tiling", T.StringType()),
-    T.StructField("time", T.LongType()), T.StructField("match", T.BooleanType()),
-    T.StructField("left", T.StringType()), T.StructField("reference", T.StringType()),
-    T.StructField("value", T.StringType()), T.StructField("moved", T.DoubleType())])
-_MISSING_ROW = "(row missing)"
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def verify(join: Join, spark: SparkSession, start: str, end: str, *,
@@ -189,7 +164,7 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
         outputs = [(run.tiling, f"{work}/tiling{index}" if index < len(chosen)
                     else f"{work}/known") for index, run in enumerate(runs)]
         with stage("compare"):
-            features, examples, skipped = _compare(
+            features, examples, skipped = compare(
                 join, spark, sampled, outputs, output=output,
                 served=[tiling.kind == "stream" for tiling in chosen]
                 + [False] * (len(runs) - len(chosen)))
@@ -278,35 +253,8 @@ def _check_streamable(join: Join, work_dir: str | os.PathLike[str] | None) -> No
 # --- the sampled left rows ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Sampled:
-    """The sampled left rows, written once so that every tiling reads the same ones.
-
-    Attributes:
-        path: their Parquet folder (the left source's columns, projected, and ``row``).
-        row: the column numbering them 0, 1, …: a name the left source does not use.
-        columns: the left source's columns, projected.
-        time_column: the left source's time column.
-        times: their times, epoch milliseconds, ascending.
-
-    """
-
-    path: str
-    row: str
-    columns: tuple[str, ...]
-    time_column: str
-    times: tuple[int, ...]
-
-    def read(self, spark: SparkSession) -> DataFrame:
-        return spark.read.parquet(self.path)
-
-    def millis(self, frame: DataFrame) -> Any:
-        """Return the rows' time as epoch milliseconds, a Column of ``frame``."""
-        return time_millis(self.time_column, frame.schema[self.time_column].dataType)
-
-
 def _sample(join: Join, spark: SparkSession, *, low: int, high: int, sample: int, seed: int,
-            path: str) -> _Sampled:
+            path: str) -> Sampled:
     """Draw at most ``sample`` left rows of ``[low, high)``, number them, write them.
 
     The rows with the lowest hash of (their columns as JSON, seed): a top-``sample`` per
@@ -324,13 +272,13 @@ def _sample(join: Join, spark: SparkSession, *, low: int, high: int, sample: int
              .withColumn(row, rank).orderBy(row, TIME).limit(sample))
     numbered = drawn.withColumn(row, F.row_number().over(Window.orderBy(row, TIME)) - 1)
     numbered.select(row, *columns).write.mode("overwrite").parquet(path)
-    sampled = _Sampled(path, row, columns, left.time_column, ())
+    sampled = Sampled(path, row, columns, left.time_column, ())
     written = sampled.read(spark)
     times = sorted(value[0] for value in written.select(sampled.millis(written)).collect())
     return replace(sampled, times=tuple(times))
 
 
-def _fetched_rows(spark: SparkSession, sampled: _Sampled) -> SampledRows:
+def _fetched_rows(spark: SparkSession, sampled: Sampled) -> SampledRows:
     """Return the sampled rows as the stream tiling fetches them (at most ``sample``)."""
     frame = sampled.read(spark)
     collected = sorted((row[0], row[1:]) for row in
@@ -344,7 +292,7 @@ def _fetched_rows(spark: SparkSession, sampled: _Sampled) -> SampledRows:
 # --- one tiling ----------------------------------------------------------------------------
 
 
-def _run(join: Join, spark: SparkSession, tiling: Tiling, sampled: _Sampled, *,
+def _run(join: Join, spark: SparkSession, tiling: Tiling, sampled: Sampled, *,
          bounds: tuple[int, int], seed: int, refusal: str | None, path: str,
          history: tuple[str, str] | None,
          stage: Callable[[str], AbstractContextManager[Any]]) -> TilingRun:
@@ -386,7 +334,7 @@ def _run(join: Join, spark: SparkSession, tiling: Tiling, sampled: _Sampled, *,
     return TilingRun(tiling.name, len(cut), len(held), written, seconds, how)
 
 
-def _run_known(join: Join, spark: SparkSession, sampled: _Sampled, *, path: str) -> TilingRun:
+def _run_known(join: Join, spark: SparkSession, sampled: Sampled, *, path: str) -> TilingRun:
     """Backfill every sampled row over its own cut of the sources; write to ``path``."""
     began = time.perf_counter()
     known = as_known(join, spark, sampled.read(spark), sampled.row, sampled.time_column)
@@ -440,183 +388,3 @@ def _quiet_partial_identity() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(keep)
-
-
-# --- the comparison ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Feature:
-    """One compared output column: its op, Spark type and, for an approximate op, truth's."""
-
-    name: str
-    op: str
-    data_type: T.DataType
-    bound_type: T.DataType | None
-
-
-def _compare(join: Join, spark: SparkSession, sampled: _Sampled,
-             written: Sequence[tuple[str, str]], *, output: str | os.PathLike[str] | None,
-             served: Sequence[bool]) -> tuple[list[FeatureTiling], list[TilingMismatch],
-                                              list[str]]:
-    """Join every run's output on the row number, judge each value, count per feature.
-
-    ``written`` names each run (a tiling, or the leak check) and its output's folder, the
-    reference first; ``served`` says, per run, that its values are served JSON text (the
-    stream tiling's), and a feature its output lacks (a derivation, which no fetch serves)
-    is not judged in it. Returns the per-(feature, run) counts, the first mismatching rows,
-    and the derived columns left out (:func:`_uncomparable`).
-    """
-    rows = sampled.read(spark)
-    frame = rows.select(sampled.row, sampled.millis(rows).alias("time"),
-                        F.to_json(F.struct(*sampled.columns)).alias("left"))
-    names_of_runs = [name for name, _ in written]
-    outputs = [spark.read.parquet(path) for _, path in written]
-    ops = {name: op for name, _, op in feature_ops(join)}
-    skipped = _uncomparable(join)
-    names = [column for column in outputs[0].columns
-             if column not in (sampled.row, *sampled.columns, *skipped)]
-    truth = _truth(join, spark, sampled, {name: feature for feature, name in enumerate(names)
-                                          if ops.get(name) in APPROX_CHECKS})
-    absent = [{feature for feature, name in enumerate(names) if name not in out.columns}
-              for out in outputs]
-    for index, out in enumerate(outputs):
-        frame = frame.join(out.select(
-            sampled.row, F.lit(True).alias(f"p{index}"),
-            *((F.lit(None) if feature in absent[index] else F.col(name))
-              .alias(f"t{index}_{feature}") for feature, name in enumerate(names))),
-            sampled.row, "left")
-    if truth is not None:
-        frame = frame.join(truth, sampled.row, "left")
-    schema = frame.schema
-    features = [_Feature(name, ops.get(name, "derived"), outputs[0].schema[name].dataType,
-                         schema[f"b{feature}"].dataType if f"b{feature}" in schema.names
-                         else None) for feature, name in enumerate(names)]
-    compared = frame.mapInArrow(_Judge(features, names_of_runs, served, absent),
-                                _COMPARED_SPARK).persist()
-    try:
-        counts = {(row["feature"], row["tiling"]): (row["n"], row["bad"], row["moved"])
-                  for row in compared.groupBy("feature", "tiling").agg(
-                      F.count(F.lit(1)).alias("n"), F.count_if(~F.col("match")).alias("bad"),
-                      F.max("moved").alias("moved")).collect()}
-        bad = compared.where(~F.col("match"))
-        first = F.row_number().over(Window.partitionBy("feature", "tiling").orderBy("time"))
-        examples = [TilingMismatch(row["feature"], row["tiling"], row["time"], row["left"],
-                                   row["reference"], row["value"])
-                    for row in bad.withColumn("n", first).where(F.col("n") <= EXAMPLES)
-                    .orderBy("feature", "tiling", "time").collect()]
-        if output is not None:
-            bad.write.mode("overwrite").parquet(str(Path(output).resolve() / "mismatches.parquet"))
-    finally:
-        compared.unpersist()
-    table = [FeatureTiling(feature.name, feature.op,
-                           BOUND if feature.bound_type is not None else EXACT, name,
-                           *counts.get((feature.name, name), (0, 0, None)))
-             for feature in features for name in names_of_runs]
-    return table, examples, skipped
-
-
-def _uncomparable(join: Join) -> list[str]:
-    """Return the derived columns whose expression reads an approximate feature.
-
-    A sketch may answer differently under another cut (KLL compacts at random) while each
-    answer lies within its bound, and a derivation of it has no bound: such columns are
-    left out of the comparison, and the report names them.
-    """
-    approx = {name.casefold() for name, _, op in feature_ops(join) if op in APPROX_CHECKS}
-    return [name for name, expression in join.derivation_items
-            if approx & {word.casefold() for word in _WORD.findall(expression)}]
-
-
-def _truth(join: Join, spark: SparkSession, sampled: _Sampled, names: dict[str, int]
-           ) -> DataFrame | None:
-    """Return the oracle's truth of the approximate features, ``b{index}`` by output index."""
-    parts = approx_parts(join)
-    if not names or not parts:
-        return None
-    left = EventSource(sampled.read(spark), sampled.time_column)
-    truth = percentile_rank_bounds(Join(join.name, left, parts), spark, KLL_RANK_ERROR)
-    return truth.select(sampled.row, *(F.col(name).alias(f"b{index}")
-                                       for name, index in names.items()))
-
-
-class _Judge:
-    """The Arrow function of ``mapInArrow``: per sampled row, each feature in each tiling.
-
-    Picklable (names, Spark types, module-level functions), so it travels to the executors.
-    O(features × tilings) per row. ``served[t]``: tiling ``t``'s values are served JSON text;
-    ``absent[t]``: the features it has no value of, not judged in it.
-    """
-
-    def __init__(self, features: Sequence[_Feature], tilings: Sequence[str],
-                 served: Sequence[bool], absent: Sequence[set[int]]) -> None:
-        self.features = list(features)
-        self.tilings = list(tilings)
-        self.served = list(served)
-        self.absent = list(absent)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield self.judge(batch)
-
-    def judge(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Return the judged (row, feature, tiling) triples of one batch of joined rows.
-
-        A row the reference tiling lost is that tiling's mismatch, per exact feature, and
-        those features of the row are compared in no other tiling.
-        """
-        columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-        out: dict[str, list[Any]] = {name: [] for name in _COMPARED.names}
-
-        def judged(feature: str, tiling: str, row: int, *, match: bool,
-                   reference: Any = _MISSING_ROW, value: Any = _MISSING_ROW) -> None:
-            out["feature"].append(feature)
-            out["tiling"].append(tiling)
-            out["time"].append(columns["time"][row])
-            out["match"].append(match)
-            out["left"].append(None if match else columns["left"][row])
-            out["reference"].append(None if match else _text(reference))
-            out["value"].append(None if match else _text(value))
-            out["moved"].append(None if match else _moved(reference, value))
-
-        for row in range(batch.num_rows):
-            for index, feature in enumerate(self.features):
-                bound = feature.bound_type is not None
-                truth = (offline_value(columns[f"b{index}"][row], feature.bound_type)
-                         if feature.bound_type is not None else None)
-                if not bound and columns["p0"][row] is None:
-                    judged(feature.name, self.tilings[0], row, match=False)
-                    continue
-                reference = offline_value(columns[f"t0_{index}"][row], feature.data_type)
-                for tiling, name in enumerate(self.tilings):
-                    if (tiling == 0 and not bound) or index in self.absent[tiling]:
-                        continue  # the reference of an exact feature, or a value not served
-                    present = columns[f"p{tiling}"][row] is not None
-                    cell = columns[f"t{tiling}_{index}"][row]
-                    value = (decode_served(json.loads(cell), feature.data_type)
-                             if self.served[tiling] and cell is not None
-                             else offline_value(cell, feature.data_type))
-                    match = present and (APPROX_CHECKS[feature.op](value, truth) if bound
-                                         else same_value(value, reference))
-                    if match:
-                        judged(feature.name, name, row, match=True)
-                    else:
-                        judged(feature.name, name, row, match=False,
-                               reference=truth if bound else reference,
-                               value=value if present else _MISSING_ROW)
-        return pa.RecordBatch.from_pydict(out, schema=_COMPARED)
-
-
-def _text(value: Any) -> str:
-    """Return a compared value as JSON text (the missing-row marker as it is)."""
-    return value if value is _MISSING_ROW else dumps(value)
-
-
-def _moved(reference: Any, value: Any) -> float | None:
-    """Return how far a number moved from the reference; None where either is no number."""
-    numbers = [v for v in (reference, value)
-               if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if len(numbers) < 2:
-        return None
-    moved = abs(float(value) - float(reference))
-    return moved if math.isfinite(moved) else None
