@@ -140,7 +140,9 @@ run_tests() {
     "$VENV/bin/pytest" -n "${TEST_WORKERS:-2}" --dist loadscope "$@" || status=$?
     say "mypy"
     wait "$mypy_pid" || status=$((status ? status : 1))
+    trap - EXIT
     cat "$mypy_log"
+    rm -f "$mypy_log"
     return "$status"
 }
 

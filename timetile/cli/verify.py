@@ -24,7 +24,7 @@ from timetile.cli.common import (
 )
 from timetile.cli.progress import JobProgress
 from timetile.core.timeutil import ms_to_iso
-from timetile.verify.tiling_report import UNSERVED_NOTE
+from timetile.verify.tiling_report import AGREEING, UNSERVED_NOTE
 from timetile.verify.tilings import DEFAULT_STREAM_BATCH, DEFAULT_TILINGS, KINDS, parse_tilings
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def print_verify(out: Console, report: VerifyReport) -> None:
     for run in report.runs:
         grid.add_column(run.tiling, justify="right")
     for feature, op, cells in report.grid():
-        style = "red" if any(cell not in ("0", "ref", "-") for cell in cells) else ""
+        style = "red" if any(cell not in AGREEING for cell in cells) else ""
         grid.add_row(Text(feature, style=style), op, *cells)
     out.print()
     out.print(grid)

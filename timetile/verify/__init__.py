@@ -12,10 +12,11 @@ reports) and ``report_html`` (the page and its SVG).
 
 :func:`timetile.verify.invariance.verify` (``timetile verify``) is the
 tiling-invariance check (seed 001): it computes a Join's features under several cuts of time
-(one batch, day by day on stored hop partials, random cuts; :mod:`.tilings`) and compares
-them value by value with the same rules; ``tiling_report`` holds what it finds and its
-Markdown and HTML pages. The future-peeking check (``--leaks``, ``known_at``) and the
-streaming replay tiling are not built yet.
+(one batch, day by day on stored hop partials, random cuts; :mod:`.tilings`; and a replay
+through the streaming job, fetched online: :mod:`.replay`) and compares them value by value
+with the same rules (:mod:`.tiling_compare`); ``leaks`` recomputes each row over what was
+known before its time (``--leaks``, a source's ``known_at``), over the cuts of ``cuts``;
+``tiling_report`` holds what it finds and its Markdown and HTML pages.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 from timetile.api.errors import expect_argument
 from timetile.api.join import Join
 from timetile.api.sources import EntitySource, EventSource
-from timetile.core.locations import write_problem
+from timetile.core.locations import local_path, write_problem
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.offline.arguments import time_range
 from timetile.offline.backfill import BackfillJob, partials_refusal
@@ -78,7 +78,6 @@ log = logging.getLogger(__name__)
 
 #: Left rows checked when ``sample`` is not given.
 DEFAULT_SAMPLE = 2_000
-#: What the comparison writes per (sampled row, feature, tiling) it judges.
 
 
 def verify(join: Join, spark: SparkSession, start: str, end: str, *,
@@ -149,7 +148,7 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
         history: tuple[str, str] | None = None  # the first store: (its tiling, its folder)
         for index, tiling in enumerate(chosen):
             path = f"{work}/tiling{index}"
-            if tiling.kind == "stream":
+            if tiling.streamed:
                 runs.append(replay(join, spark, _fetched_rows(spark, sampled),
                                    bounds=(low, high), batch_rows=stream_batch, work=work,
                                    path=path, stage=stage))
@@ -166,8 +165,7 @@ def verify(join: Join, spark: SparkSession, start: str, end: str, *,
         with stage("compare"):
             features, examples, skipped = compare(
                 join, spark, sampled, outputs, output=output,
-                served=[tiling.kind == "stream" for tiling in chosen]
-                + [False] * (len(runs) - len(chosen)))
+                served=[tiling.streamed for tiling in chosen] + [False] * leaks)
         report = VerifyReport(join.name, start, end, chosen[0].name, len(sampled.times),
                               runs, features, examples,
                               None if output is None else os.fspath(output), skipped)
@@ -215,8 +213,8 @@ def _check_arguments(join: Join, spark: SparkSession, start: str, end: str, *,
     if isinstance(stream_batch, bool) or not isinstance(stream_batch, int) or stream_batch < 1:
         raise ValueError(f"stream_batch is {stream_batch!r}: give how many rows each "
                          "micro-batch of the stream tiling holds, a positive int")
-    if any(tiling.kind == "stream" for tiling in chosen):
-        _check_streamable(join, work_dir)
+    if any(tiling.streamed for tiling in chosen):
+        _check_streamable(join, spark, work_dir)
     folder = "give a str or a pathlib.Path"
     expect_argument("output", output, (str, os.PathLike, type(None)), "a folder or None",
                     folder)
@@ -234,12 +232,22 @@ def _check_arguments(join: Join, spark: SparkSession, start: str, end: str, *,
     return chosen, (low, high)
 
 
-def _check_streamable(join: Join, work_dir: str | os.PathLike[str] | None) -> None:
+def _check_streamable(join: Join, spark: SparkSession,
+                      work_dir: str | os.PathLike[str] | None) -> None:
     """Refuse what the ``stream`` tiling cannot replay, before any job."""
-    if work_dir is not None and "://" in os.fspath(work_dir):
+    if work_dir is not None and local_path(os.fspath(work_dir)) is None:
         raise ValueError(f"work_dir {os.fspath(work_dir)!s}: the stream tiling moves files "
                          "into landing folders and keeps an LMDB store there, so it needs a "
                          "local folder: give a local path, or leave work_dir out")
+    master = spark.sparkContext.master or "local"
+    if not master.startswith("local") or master.startswith("local-cluster"):
+        raise ValueError(f"tilings: 'stream' keeps its store in LMDB, which the executors of "
+                         f"{master} may not share: run it on local Spark, or verify with "
+                         "batch tilings only")
+    if not join.keeps_features:
+        raise ValueError(f"tilings: 'stream' fetches features online, and Join {join.name!r} "
+                         "outputs only its derivations, which no fetch serves: add '*': '*' "
+                         "to its derivations, or verify it with batch tilings only")
     for index, part in enumerate(join.join_parts):
         source = part.group_by.source
         if isinstance(source, EntitySource) and source.mutation_table is None:

@@ -6,34 +6,38 @@ same numbers. :func:`replay` makes it with the online side's real parts:
 1. **Upload** (:func:`~timetile.offline.upload.upload`) every GroupBy as of the day before
    the range, into an LMDB store of the work folder, its records answering exactly over the
    whole range (``slack_ms``).
-2. **Stage** each GroupBy's raw rows of the range (an event source's table, an entity
-   source's mutation table: what a stream carries), each with its time (or its
-   ``known_at``, where the source declares one) as the replay's order. Approximate
-   quantiles of those times cut the range into micro-batches of about ``batch_rows`` rows
-   across all sources; one Spark job per GroupBy writes its rows, partitioned by
-   micro-batch.
+2. **Stage** each GroupBy's raw rows whose time lies in the range (an event source's
+   table, an entity source's mutation table: what a stream carries; what the upload lacks).
+   A row's place in the replay is its time, or, where the source declares ``known_at``,
+   when it became known, kept within ``[its time, high)``: a row that arrived late is
+   streamed late, and one never known in the range comes last. Approximate quantiles of
+   those places cut the range into micro-batches of about ``batch_rows`` rows across all
+   sources (at most :data:`MAX_MICRO_BATCHES`); one Spark job per GroupBy writes its rows,
+   partitioned by micro-batch.
 3. **Replay**: one Structured Streaming query per GroupBy
    (:func:`~timetile.streaming.job.stream_group_by`) reads a landing folder of Parquet files.
-   Micro-batch ``i`` holds the rows ordered in ``[c(i-1), c(i))``: its files are moved into
+   Micro-batch ``i`` holds the rows placed in ``[c(i-1), c(i))``: its files are moved into
    every landing folder, each query processes them, then every sampled left row with a time
    ``q`` in ``(c(i-1), c(i)]`` is fetched at ``q`` (:class:`~timetile.online.fetcher.
    Fetcher`). So a fetch at ``q`` finds every row before ``q`` streamed, and maybe rows of
    ``[q, c(i))`` too, which it must not count, as a service whose stream runs ahead of a
-   request; a row known only after ``q`` but within the same micro-batch is seen, so late
-   arrival is the leak check's to find (``verify(leaks=True)``), exactly.
+   request. A row known after ``q`` is missed by the fetch when a cut falls between its
+   time and its arrival, as online; within one micro-batch it is seen, so late arrival is
+   the leak check's to find exactly (``verify(leaks=True)``).
 4. **Write** each fetched row's features as JSON text (the response log's encoding,
    :func:`~timetile.online.jsonable.dumps`), which the comparison decodes to the offline
    column's type (:func:`~timetile.verify.values.decode_served`). A fetch serves no
    derivation (they are Spark SQL): derived columns are not compared in this tiling.
 
-The streams' lateness covers the range, so no row is held back by a watermark. The work
-folder must be local (files are moved into the landing folders, and the store is LMDB), so
-this tiling runs on the embedded local Spark, not on a cluster.
+The streams' lateness covers the range, so no row is held back by a watermark; the rows a
+stream did not write (unusable ones: a null key) and the fetches flagged stale are counted
+in the run's note. The work folder must be local (files are moved into the landing folders,
+and the store is LMDB), so this tiling runs on the embedded local Spark, not on a cluster.
 
-Cost: one upload; per GroupBy, one job to stage its rows and one micro-batch per round that
-has its rows (a Spark job each, about a second on local Spark); one fetch per distinct
-sampled time, on the driver. The driver holds the sampled left rows (at most ``sample``)
-and the cut times, never the sources' rows.
+Cost: one upload; one job to count the staged rows and one to find the cuts; per GroupBy,
+one job to stage its rows and one Spark job per micro-batch that holds its rows; one fetch
+per distinct sampled time, on the driver. The driver holds the sampled left rows (at most
+``sample``) and the cut times, never the sources' rows.
 """
 
 from __future__ import annotations
@@ -53,9 +57,11 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
 from timetile.api.join import Join
 from timetile.api.sources import EntitySource, EventSource
+from timetile.core.locations import local_path
 from timetile.core.timeutil import DAY_MS, ms_to_iso
 from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
@@ -72,8 +78,8 @@ __all__ = ["STREAM", "SampledRows", "replay"]
 STREAM = "stream"
 #: The most micro-batches one replay makes (each is a Spark job per GroupBy).
 MAX_MICRO_BATCHES = 200
-#: The staged rows' columns of their own: the raw row, its order, its micro-batch.
-_RAW, _ORDER, _BATCH = "_tt_raw", "_tt_order", "_tt_batch"
+#: The staged rows' columns of their own: the raw row, its time, its place, its micro-batch.
+_RAW, _TIME, _ORDER, _BATCH = "_tt_raw", "_tt_time", "_tt_order", "_tt_batch"
 #: How often an idle query looks for new files, seconds.
 _TRIGGER_SECONDS = 0.2
 
@@ -84,13 +90,13 @@ class SampledRows:
 
     Attributes:
         rows: each row's number (the comparison's join key) and its left columns.
-        row: the name of the number's column.
-        times: each row's time, epoch milliseconds, in the order of ``rows``.
+        number_column: the name of the number's column.
+        times: each row's time, epoch milliseconds, ascending, in the order of ``rows``.
 
     """
 
     rows: Sequence[dict[str, Any]]
-    row: str
+    number_column: str
     times: Sequence[int]
 
 
@@ -99,97 +105,137 @@ def replay(join: Join, spark: SparkSession, sampled: SampledRows, *, bounds: tup
            stage: Callable[[str], AbstractContextManager[Any]]) -> TilingRun:
     """Replay ``[low, high)`` through the streaming job and fetch each sampled row at its time.
 
-    Writes the fetched features to ``path`` (see the module).
+    Promise: every sampled row is fetched once, at its time, after every row placed before
+    it has been streamed (see the module); its features go to ``path`` as JSON text.
+
+    Args:
+        join: the verified Join (its left rows are ``sampled``).
+        spark: the session, local.
+        sampled: the sampled left rows, ascending by time.
+        bounds: the range ``[low, high)``, epoch milliseconds; ``low`` a UTC midnight.
+        batch_rows: rows per micro-batch, across all sources.
+        work: the run's local work folder (the store, the staged and landed files, the
+            checkpoints go in its ``stream`` folder).
+        path: the folder the fetched features are written to.
+        stage: shows each step as a stage of the progress.
 
     Raises:
-        ValueError: ``work`` is not a local folder.
-        DefinitionError: the upload or a stream cannot work (a missing snapshot of the day
-            before the range, a GroupBy that does not fit its rows).
+        ValueError: ``work`` is not a local folder, or the upload as of the day before the
+            range cannot work (a missing snapshot of that day, say).
+        RuntimeError: a stream failed, named with its micro-batch.
 
     """
-    if "://" in work:
+    local = local_path(work)
+    if local is None:
         raise ValueError(f"the stream tiling needs a local work folder, not {work!r}: leave "
                          "work_dir out (a temporary folder), or give a local path")
     low, high = bounds
     began = time.perf_counter()
-    folder = Path(work) / STREAM
-    store = f"lmdb:{(folder / 'store').resolve()}"
+    folder = local / STREAM
+    store = f"lmdb:{folder / 'store'}"
     day = ms_to_iso(low - DAY_MS)[:10]
     with stage(f"{STREAM}: upload as of {day}"):
-        upload(join, spark, day, store, slack_ms=high - low + DAY_MS)
-    group_bys = list({part.group_by.name: part.group_by for part in join.join_parts}.values())
+        try:
+            upload(join, spark, day, store, slack_ms=high - low + DAY_MS)
+        except DefinitionError as error:
+            raise ValueError(f"the stream tiling uploads as of {day}, the day before the "
+                             f"range, and that cannot work: {error}") from error
+    fields: dict[str, tuple[GroupBy, str]] = {}  # each GroupBy once, named by its first part
+    for index, part in enumerate(join.join_parts):
+        fields.setdefault(part.group_by.name, (part.group_by, f"parts[{index}].group_by"))
     with stage(f"{STREAM}: stage the rows of the range in micro-batches"):
-        staged = [_rows(spark, group_by, f"parts[{index}].group_by", low, high)
-                  for index, group_by in enumerate(group_bys)]
+        staged = [_rows(spark, group_by, field, low, high)
+                  for group_by, field in fields.values()]
         cuts = _cuts(staged, low, high, batch_rows)
-        for group_by, rows in zip(group_bys, staged, strict=True):
-            _stage(rows, cuts, str(folder / "staged" / group_by.name))
+        for name, rows in zip(fields, staged, strict=True):
+            _stage(rows, cuts, str(folder / "staged" / name))
     served: dict[int, dict[str, Any]] = {}
-    fetched_batches = 0
+    fetched_batches = stale = 0
     with ExitStack() as stack:
         streams = []
-        for group_by in group_bys:
+        for group_by, field in fields.values():
             landing = folder / "landing" / group_by.name
             landing.mkdir(parents=True)
             stream = stream_group_by(group_by, spark, FileSource(str(landing), "parquet"),
                                      store, str(folder / "checkpoints" / group_by.name),
-                                     lateness=high - low, trigger_seconds=_TRIGGER_SECONDS)
+                                     lateness=high - low, trigger_seconds=_TRIGGER_SECONDS,
+                                     field=field)
             stack.callback(stream.stop)
-            streams.append((group_by, landing, stream))
+            streams.append((group_by.name, landing, stream))
         fetcher = Fetcher(join, stack.enter_context(open_store(store)))
         for batch in range(len(cuts) - 1):
             with stage(f"{STREAM}: micro-batch {batch + 1}/{len(cuts) - 1}, to "
                        f"{ms_to_iso(cuts[batch + 1])}"):
-                for group_by, landing, stream in streams:
-                    _land(folder / "staged" / group_by.name, batch, landing)
-                    stream.process_all_available()
+                for name, landing, stream in streams:
+                    _land(folder / "staged" / name, batch, landing)
+                    try:
+                        stream.process_all_available()
+                    except Exception as error:
+                        first = str(error).strip().splitlines()[:1] or [type(error).__name__]
+                        raise RuntimeError(f"the stream tiling's stream of {name} failed in "
+                                           f"micro-batch {batch + 1}: {first[0]}") from error
                 asked = _asked(sampled.times, cuts, batch)
                 fetched_batches += bool(asked)
-                served |= _fetch(fetcher, sampled, asked)
+                fetched, stale_now = _fetch(fetcher, sampled, asked)
+                served |= fetched
+                stale += stale_now
+        unwritten = sum(stream.totals.unusable + stream.totals.not_written
+                        for _, _, stream in streams)
     shutil.rmtree(folder / "staged", ignore_errors=True)
-    _write(served, sampled.row, path)
+    _write(served, sampled.number_column, path)
+    notes = [f"{count:,} {what}" for count, what in (
+        (unwritten, "rows the streams did not write (unusable: a null key)"),
+        (stale, "fetches flagged stale")) if count]
     return TilingRun(STREAM, len(cuts) - 1, fetched_batches, len(served),
                      time.perf_counter() - began,
                      f"no: the upload of {day}, then {len(cuts) - 1} "
-                     f"micro-batch{'es' if len(cuts) > 2 else ''} of at most about "
-                     f"{batch_rows:,} rows through the streaming job")
+                     f"micro-batch{'es' if len(cuts) > 2 else ''} of about "
+                     f"{batch_rows:,} rows through the streaming job"
+                     + "".join(f"; {note}" for note in notes))
 
 
 def _rows(spark: SparkSession, group_by: GroupBy, field: str, low: int, high: int
           ) -> DataFrame:
-    """Return the raw rows a stream of ``group_by`` carries over ``[low, high)``, ordered.
+    """Return the raw rows of ``[low, high)`` a stream of ``group_by`` carries, placed.
 
-    The raw columns, and :data:`_ORDER`: the row's time (an entity's mutation time), or its
-    ``known_at`` where the source declares one. Rows without one are left out: they change
-    no feature, in a stream or a backfill. No job runs.
+    The raw columns (:data:`_RAW`), and :data:`_ORDER`, the row's place in the replay (see
+    the module). A row's time is an event's time, or an entity's mutation time; rows without
+    one are left out: they change no feature, in a stream or a backfill. No job runs.
     """
     source = group_by.source
     if isinstance(source, EntitySource):
         assert source.mutation_table is not None  # else it has no stream to replay
         raw = read_table(spark, source.mutation_table)
-        column = source.known_at or source.mutation_time_column
-        order = time_millis(column, raw.schema[column].dataType)
-        return raw.select(F.struct(*[F.col(quote(name)) for name in raw.columns]).alias(_RAW),
-                          order.alias(_ORDER)).where(_within(low, high))
-    assert isinstance(source, EventSource)
-    raw = read_table(spark, source.table)
-    packed = raw.select(F.struct(*[F.col(quote(name)) for name in raw.columns]).alias(_RAW),
-                        *[F.col(quote(name)) for name in raw.columns])
-    projected = project(packed, source, f"{field}.source", keep=(_RAW,))
-    column = source.known_at or source.time_column
-    order = time_millis(column, projected.schema[column].dataType)
-    return projected.select(_RAW, order.alias(_ORDER)).where(_within(low, high))
+        rows = raw.select(_packed(raw), *[F.col(quote(name)) for name in raw.columns])
+        at = source.mutation_time_column
+    else:
+        assert isinstance(source, EventSource)
+        raw = read_table(spark, source.table)
+        packed = raw.select(_packed(raw), *[F.col(quote(name)) for name in raw.columns])
+        rows = project(packed, source, f"{field}.source", keep=(_RAW,))
+        at = source.time_column
+    placed = rows.select(_RAW, time_millis(at, rows.schema[at].dataType).alias(_TIME),
+                         *([] if source.known_at is None else [
+                             time_millis(source.known_at, rows.schema[source.known_at]
+                                         .dataType).alias(_ORDER)]))
+    known = F.col(_ORDER) if source.known_at is not None else F.col(_TIME)
+    return placed.where((F.col(_TIME) >= low) & (F.col(_TIME) < high)).select(
+        _RAW, F.greatest(F.col(_TIME), F.least(F.coalesce(known, F.col(_TIME)),
+                                               F.lit(high - 1))).alias(_ORDER))
 
 
-def _within(low: int, high: int) -> Column:
-    return (F.col(_ORDER) >= low) & (F.col(_ORDER) < high)
+def _packed(raw: DataFrame) -> Column:
+    """Return every raw column in one struct, kept through a source's ``select``."""
+    return F.struct(*[F.col(quote(name)) for name in raw.columns]).alias(_RAW)
 
 
 def _cuts(staged: Sequence[DataFrame], low: int, high: int, batch_rows: int) -> list[int]:
     """Return ``low < c1 < … < high``: micro-batches of about ``batch_rows`` rows in all.
 
-    One job counts the rows, one finds approximate quantiles of their order (1% rank error):
-    at most :data:`MAX_MICRO_BATCHES` micro-batches, fewer where times repeat.
+    One job counts the rows, one finds approximate quantiles of their places, to a quarter
+    of a micro-batch's share of rank: at most :data:`MAX_MICRO_BATCHES` micro-batches, fewer
+    where times repeat. A source that several GroupBys read counts once per GroupBy, as each
+    stream carries its rows.
     """
     orders = staged[0].select(_ORDER)
     for frame in staged[1:]:
@@ -198,7 +244,8 @@ def _cuts(staged: Sequence[DataFrame], low: int, high: int, batch_rows: int) -> 
     batches = min(MAX_MICRO_BATCHES, max(1, -(-total // batch_rows)))
     inner: list[float] = []
     if batches > 1:
-        inner = orders.approxQuantile(_ORDER, [i / batches for i in range(1, batches)], 0.01)
+        inner = orders.approxQuantile(_ORDER, [i / batches for i in range(1, batches)],
+                                      min(0.01, 1 / (4 * batches)))
     return sorted({low, high, *(int(cut) for cut in inner if low < cut < high)})
 
 
@@ -225,16 +272,21 @@ def _asked(times: Sequence[int], cuts: Sequence[int], batch: int) -> range:
     return range(low, bisect_right(times, cuts[batch + 1]))
 
 
-def _fetch(fetcher: Fetcher, sampled: SampledRows, asked: range) -> dict[int, dict[str, Any]]:
-    """Fetch each asked row at its own time; return its features by row number."""
+def _fetch(fetcher: Fetcher, sampled: SampledRows, asked: range
+           ) -> tuple[dict[int, dict[str, Any]], int]:
+    """Fetch each asked row at its own time.
+
+    Returns its features by row number, and how many results came back flagged stale.
+    """
     by_time: dict[int, list[dict[str, Any]]] = {}
     for position in asked:
         by_time.setdefault(sampled.times[position], []).append(sampled.rows[position])
-    served = {}
+    served, stale = {}, 0
     for at, rows in by_time.items():
         for row, result in zip(rows, fetcher.fetch(rows, at=at), strict=True):
-            served[row[sampled.row]] = result.features
-    return served
+            served[row[sampled.number_column]] = result.features
+            stale += bool(result.stale)
+    return served, stale
 
 
 def _write(served: dict[int, dict[str, Any]], row: str, path: str) -> None:

@@ -42,6 +42,7 @@ __all__ = ["EXAMPLES", "Sampled", "compare"]
 
 #: Mismatching rows kept per (feature, tiling) for the report: the earliest ones.
 EXAMPLES = 5
+#: What the comparison writes per (sampled row, feature, tiling) it judges.
 _COMPARED = pa.schema([("feature", pa.string()), ("tiling", pa.string()),
                        ("time", pa.int64()), ("match", pa.bool_()), ("left", pa.string()),
                        ("reference", pa.string()), ("value", pa.string()),
@@ -101,9 +102,13 @@ def compare(join: Join, spark: SparkSession, sampled: Sampled,
 
     ``written`` names each run (a tiling, or the leak check) and its output's folder, the
     reference first; ``served`` says, per run, that its values are served JSON text (the
-    stream tiling's), and a feature its output lacks (a derivation, which no fetch serves)
-    is not judged in it. Returns the per-(feature, run) counts, the first mismatching rows,
-    and the derived columns left out (:func:`_uncomparable`).
+    stream tiling's): a derivation, which no fetch serves, is not judged in it. Returns the
+    per-(feature, run) counts, the first mismatching rows, and the derived columns left out
+    (:func:`_uncomparable`).
+
+    Raises:
+        RuntimeError: a batch run's output lacks a column of the reference's.
+
     """
     rows = sampled.read(spark)
     frame = rows.select(sampled.row, sampled.millis(rows).alias("time"),
@@ -116,8 +121,15 @@ def compare(join: Join, spark: SparkSession, sampled: Sampled,
              if column not in (sampled.row, *sampled.columns, *skipped)]
     truth = _truth(join, spark, sampled, {name: feature for feature, name in enumerate(names)
                                           if ops.get(name) in APPROX_CHECKS})
-    absent = [{feature for feature, name in enumerate(names) if name not in out.columns}
-              for out in outputs]
+    derived = {name for name, _ in join.derivation_items}
+    absent = [{feature for feature, name in enumerate(names) if name in derived}
+              if is_served else set() for is_served in served]
+    for (run, _), out, unserved in zip(written, outputs, absent, strict=True):
+        lacking = [name for feature, name in enumerate(names)
+                   if name not in out.columns and feature not in unserved]
+        if lacking:
+            raise RuntimeError(f"verify: the {run} run's output lacks {', '.join(lacking)}, "
+                               "which the reference has: an engine fault, please report it")
     for index, out in enumerate(outputs):
         frame = frame.join(out.select(
             sampled.row, F.lit(True).alias(f"p{index}"),

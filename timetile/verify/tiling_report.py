@@ -19,6 +19,8 @@ from timetile.verify.tilings import KNOWN_BEFORE
 LEAKS_NOTE = (f"; `{KNOWN_BEFORE}`: each row recomputed over only the rows known before its "
               "time, so a mismatch there is a leak: rows that arrived late (a source's "
               "known_at), or a read past the row's time")
+#: The cells of the table of features that hold no mismatch: none, the reference, not compared.
+AGREEING = frozenset({"0", "ref", "-"})
 #: What ``-`` in the table of features means.
 UNSERVED_NOTE = ("not compared in that tiling, which has no value of it (the stream tiling "
                  "fetches online, where a derivation is not served)")
@@ -204,7 +206,7 @@ class VerifyReport:
                 f"{run.seconds:.1f}", run.partials)) + "</tr>" for run in self.runs)
         head = "".join(f"<th>{html.escape(run.tiling)}</th>" for run in self.runs)
         grid = "".join(
-            ("<tr class=\"bad\">" if any(cell not in ("0", "ref") for cell in cells)
+            ("<tr class=\"bad\">" if any(cell not in AGREEING for cell in cells)
              else "<tr>")
             + "".join(f"<td>{html.escape(cell)}</td>" for cell in (feature, op, *cells))
             + "</tr>" for feature, op, cells in self.grid())
@@ -226,6 +228,8 @@ class VerifyReport:
             f"{html.escape(LEAKS_NOTE) if self.checks_leaks else ''}.</p>"
             f"<table><thead><tr><th>feature</th><th>op</th>{head}</tr></thead>"
             f"<tbody>{grid}</tbody></table>"
+            + (f"<p>-: {html.escape(UNSERVED_NOTE)}.</p>"
+               if any("-" in cells for _, _, cells in self.grid()) else "")
             + (f"<p>Not compared: {html.escape(', '.join(self.skipped))} (derived from an "
                "approximate feature, which has no bound of its own).</p>" if self.skipped
                else "")

@@ -72,6 +72,11 @@ class Tiling:
         return f"random:{self.cuts}" if self.kind == "random" else self.kind
 
     @property
+    def streamed(self) -> bool:
+        """Whether it replays the sources through the streaming job and fetches online."""
+        return self.kind == "stream"
+
+    @property
     def incremental(self) -> bool:
         """Whether its segments run one after another on stored partials."""
         return self.kind in ("daily", "random")
@@ -109,7 +114,7 @@ def parse_tilings(text: str | Sequence[str], *, alone: bool = False) -> tuple[Ti
         made.append(tiling)
     if not made:
         raise ValueError(f"tilings is empty: {fix}")
-    if made[0].kind == "stream":
+    if made[0].streamed:
         rest = [tiling.name for tiling in made[1:]]
         raise ValueError("tilings names 'stream' first, but the first is the reference of "
                          "exact features, a batch backfill: name another first, e.g. "
@@ -132,7 +137,7 @@ def segments(tiling: Tiling, low: int, high: int, *, seed: int) -> list[tuple[in
     """
     if high <= low:
         raise ValueError(f"the range [{low}, {high}) is empty")
-    if tiling.kind == "stream":
+    if tiling.streamed:
         raise ValueError("the stream tiling cuts the range into micro-batches of rows, not "
                          "segments: see timetile.verify.replay")
     if tiling.kind == "one":
