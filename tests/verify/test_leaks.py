@@ -57,7 +57,7 @@ def test_late_events_and_late_mutations_are_leaks_and_prompt_ones_are_not(
                                ["user_id"])])  # a lookup: the key's row
 
     report = tt.verify(join, spark, "2024-01-02", "2024-01-02", tilings="one,stream",
-                       leaks=True, output=tmp_path, stream_batch=60)
+                       leaks=True, output=tmp_path, stream_batch=100)
 
     assert not report.passed
     assert [run.tiling for run in report.runs] == ["one", "stream", KNOWN_BEFORE]
@@ -68,7 +68,7 @@ def test_late_events_and_late_mutations_are_leaks_and_prompt_ones_are_not(
                 if entry.tiling == "stream"}
     assert {name for name, bad in streamed.items() if bad} <= {
         "late_amount_sum_1d", "late_item_last", "account_balance_sum", "row_tier"}
-    assert streamed["late_amount_sum_1d"] > 0
+    assert streamed["late_amount_sum_1d"] > 0, streamed
     leaking = {entry.feature: entry for entry in report.features
                if entry.tiling == KNOWN_BEFORE}
     assert {name for name, entry in leaking.items() if entry.mismatches} == {

@@ -184,7 +184,7 @@ def replay(join: Join, spark: SparkSession, sampled: SampledRows, *, bounds: tup
     shutil.rmtree(folder / "staged", ignore_errors=True)
     _write(served, sampled.number_column, path)
     notes = [f"{count:,} {what}" for count, what in (
-        (unwritten, "rows the streams did not write (unusable: a null key)"),
+        (unwritten, "rows the streams did not write (unusable, as a null key; or late)"),
         (stale, "fetches flagged stale")) if count]
     return TilingRun(STREAM, len(cuts) - 1, fetched_batches, len(served),
                      time.perf_counter() - began,
