@@ -52,6 +52,7 @@ from timetile.core.batch_record import (
 from timetile.core.timeutil import DAY_MS, date_to_ms, format_duration, ms_to_iso
 from timetile.core.windows import MAX_TIME, WindowKind
 from timetile.spark.entities import DAY, load_entity
+from timetile.spark.session import remote_master
 from timetile.spark.sorted_groups import group_bounds, sorted_by_groups, whole_groups
 from timetile.spark.sources import TIME, check_session, coarse_schema, load_events
 from timetile.store.entity_records import LOOKUP_TYPES, ROW_TYPES, EntityRecord, plain_column
@@ -429,10 +430,9 @@ def _expire_tiles(store_uri: str, name: str, before: int) -> None:
 
 def _check_store(spark: SparkSession, store_uri: str) -> None:
     """Refuse an embedded store for executors on other machines: each would write its own."""
-    master = spark.sparkContext.master or "local"
-    remote = not master.startswith("local") or master.startswith("local-cluster")
+    master = remote_master(spark)
     embedded = not store_uri.startswith(("redis://", "rediss://", "unix://"))
-    if remote and embedded:
+    if master is not None and embedded:
         raise DefinitionError.single(
             "upload", "store", f"{store_uri} is an embedded (LMDB) store, and the executors of "
             f"{master} may run on other machines, each writing its own copy",

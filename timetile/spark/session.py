@@ -59,3 +59,15 @@ def local_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def remote_master(spark: SparkSession) -> str | None:
+    """Return the session's master when its executors may run on other machines, else None.
+
+    Only ``local[...]`` keeps them in this process; a ``local-cluster`` starts executor JVMs
+    as a cluster does. An embedded (LMDB) store is one folder on one machine, so work that
+    executors write to it needs None here.
+    """
+    master = spark.sparkContext.master or "local"
+    return master if not master.startswith("local") or master.startswith("local-cluster") \
+        else None

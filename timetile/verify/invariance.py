@@ -56,6 +56,7 @@ from timetile.offline.arguments import time_range
 from timetile.offline.backfill import BackfillJob, partials_refusal
 from timetile.offline.executors.partial_store import copy_days
 from timetile.offline.plan import PartPlan, plan_backfill
+from timetile.spark.session import remote_master
 from timetile.spark.sources import TIME, check_session, load_events
 from timetile.verify.consistency import Stages
 from timetile.verify.cuts import Cut, source_as_of
@@ -239,8 +240,8 @@ def _check_streamable(join: Join, spark: SparkSession,
         raise ValueError(f"work_dir {os.fspath(work_dir)!s}: the stream tiling moves files "
                          "into landing folders and keeps an LMDB store there, so it needs a "
                          "local folder: give a local path, or leave work_dir out")
-    master = spark.sparkContext.master or "local"
-    if not master.startswith("local") or master.startswith("local-cluster"):
+    master = remote_master(spark)
+    if master is not None:
         raise ValueError(f"tilings: 'stream' keeps its store in LMDB, which the executors of "
                          f"{master} may not share: run it on local Spark, or verify with "
                          "batch tilings only")

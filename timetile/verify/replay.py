@@ -54,7 +54,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from timetile.api.errors import DefinitionError
@@ -78,8 +78,8 @@ __all__ = ["STREAM", "SampledRows", "replay"]
 STREAM = "stream"
 #: The most micro-batches one replay makes (each is a Spark job per GroupBy).
 MAX_MICRO_BATCHES = 200
-#: The staged rows' columns of their own: the raw row, its time, its place, its micro-batch.
-_RAW, _TIME, _ORDER, _BATCH = "_tt_raw", "_tt_time", "_tt_order", "_tt_batch"
+#: The staged rows' columns of their own: the raw row, its place, its micro-batch.
+_RAW, _ORDER, _BATCH = "_tt_raw", "_tt_order", "_tt_batch"
 #: How often an idle query looks for new files, seconds.
 _TRIGGER_SECONDS = 0.2
 
@@ -203,30 +203,21 @@ def _rows(spark: SparkSession, group_by: GroupBy, field: str, low: int, high: in
     one are left out: they change no feature, in a stream or a backfill. No job runs.
     """
     source = group_by.source
-    if isinstance(source, EntitySource):
+    if isinstance(source, EntitySource):  # the change stream: raw mutations, their time
         assert source.mutation_table is not None  # else it has no stream to replay
-        raw = read_table(spark, source.mutation_table)
-        rows = raw.select(_packed(raw), *[F.col(quote(name)) for name in raw.columns])
-        at = source.mutation_time_column
+        table, at = source.mutation_table, source.mutation_time_column
     else:
-        assert isinstance(source, EventSource)
-        raw = read_table(spark, source.table)
-        packed = raw.select(_packed(raw), *[F.col(quote(name)) for name in raw.columns])
-        rows = project(packed, source, f"{field}.source", keep=(_RAW,))
-        at = source.time_column
-    placed = rows.select(_RAW, time_millis(at, rows.schema[at].dataType).alias(_TIME),
-                         *([] if source.known_at is None else [
-                             time_millis(source.known_at, rows.schema[source.known_at]
-                                         .dataType).alias(_ORDER)]))
-    known = F.col(_ORDER) if source.known_at is not None else F.col(_TIME)
-    return placed.where((F.col(_TIME) >= low) & (F.col(_TIME) < high)).select(
-        _RAW, F.greatest(F.col(_TIME), F.least(F.coalesce(known, F.col(_TIME)),
-                                               F.lit(high - 1))).alias(_ORDER))
-
-
-def _packed(raw: DataFrame) -> Column:
-    """Return every raw column in one struct, kept through a source's ``select``."""
-    return F.struct(*[F.col(quote(name)) for name in raw.columns]).alias(_RAW)
+        table, at = source.table, source.time_column
+    raw = read_table(spark, table)
+    columns = [F.col(quote(name)) for name in raw.columns]
+    rows = raw.select(F.struct(*columns).alias(_RAW), *columns)  # the raw row, kept whole
+    if isinstance(source, EventSource):  # its time is a column of its select
+        rows = project(rows, source, f"{field}.source", keep=(_RAW,))
+    happened = time_millis(at, rows.schema[at].dataType)
+    known = happened if source.known_at is None else F.coalesce(
+        time_millis(source.known_at, rows.schema[source.known_at].dataType), happened)
+    return rows.where((happened >= low) & (happened < high)).select(
+        _RAW, F.greatest(happened, F.least(known, F.lit(high - 1))).alias(_ORDER))
 
 
 def _cuts(staged: Sequence[DataFrame], low: int, high: int, batch_rows: int) -> list[int]:
