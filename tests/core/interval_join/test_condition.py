@@ -81,6 +81,7 @@ def test_the_whole_condition_follows_sqls_nulls() -> None:
     ("l.t > 5 AND r.t > 5", "never bounds how long a row of the left input"),
     ("l.t = r.t AND x.v = 1", r"'x.v' names no input. Fix: prefix each column with l."),
     ("l.t = r.t AND l.v LIKE 'a%'", r"is not supported in a join condition. Fix: use"),
+    ("l.t = r.t AND l.flag IS TRUE", r"'l.flag IS TRUE' is not supported"),
     ("l.t = r.t AND", "is not SQL"),
     ("", "condition is empty"),
 ])

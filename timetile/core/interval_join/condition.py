@@ -186,7 +186,8 @@ def _refuse_unsupported(conjunct: exp.Expr, text: str) -> None:
                 f"condition {text!r} has an OR ({node.sql(dialect='spark')}): an interval "
                 "join takes a conjunction only (seed 004). Fix: join once per branch and "
                 "union the results, or move the OR into a source's where")
-        if not isinstance(node, _NODES):
+        if not isinstance(node, _NODES) or (isinstance(node, exp.Is)
+                                            and not isinstance(node.expression, exp.Null)):
             raise ConditionError(
                 f"condition {text!r}: {node.sql(dialect='spark')!r} is not supported in a "
                 f"join condition. Fix: use {_SUPPORTED}")
