@@ -1,4 +1,4 @@
-"""Definitions: sources, windows, aggregations, GroupBy and Join (DESIGN §1–2).
+"""Definitions: sources, interval joins, windows, aggregations, GroupBy and Join (DESIGN §1–2).
 
 Frozen dataclasses, validated on construction. No engine: this package imports only the
 standard library and :mod:`timetile.core`.
@@ -7,6 +7,7 @@ standard library and :mod:`timetile.core`.
 from timetile.api.aggregation import Aggregation
 from timetile.api.errors import DefinitionError, Problem
 from timetile.api.group_by import Accuracy, GroupBy
+from timetile.api.interval_join import IntervalJoin
 from timetile.api.join import Join, JoinPart
 from timetile.api.sources import EntitySource, EventSource
 from timetile.api.windows import Window
@@ -18,6 +19,7 @@ __all__ = [
     "EntitySource",
     "EventSource",
     "GroupBy",
+    "IntervalJoin",
     "Join",
     "JoinPart",
     "Problem",

@@ -9,6 +9,7 @@ from enum import Enum
 
 from timetile.api.aggregation import Aggregation
 from timetile.api.errors import DefinitionError, Problem
+from timetile.api.interval_join import IntervalJoin
 from timetile.api.sources import EntitySource, EventSource
 from timetile.api.windows import Window
 from timetile.core.timeutil import DAY_MS
@@ -60,7 +61,9 @@ class GroupBy:
 
     Args:
         name: explicit and unique within a Join; it prefixes every output column.
-        source: an :class:`EventSource` or an :class:`EntitySource`.
+        source: an :class:`EventSource`, an :class:`EntitySource`, or an
+            :class:`~timetile.api.interval_join.IntervalJoin` (read as an event source at
+            its ``time_column``).
         keys: the columns that identify an entity (``["user_id"]``), in order; one name
             alone (``"user_id"``) is one key.
         aggregations: what to compute. Every aggregation, column and window of a GroupBy
@@ -89,6 +92,9 @@ class GroupBy:
     def __post_init__(self) -> None:
         subject = f"GroupBy {self.name!r}"
         check_name("GroupBy", self.name)
+        if isinstance(self.source, IntervalJoin):  # its rows are events at its time
+            object.__setattr__(self, "source", EventSource(
+                self.source, time_column=str(self.source.time_column)))
         if not isinstance(self.source, (EventSource, EntitySource)):
             raise DefinitionError.single(subject, "source", f"{self.source!r} is not a source",
                                          "use tt.EventSource(...) or tt.EntitySource(...)")

@@ -90,6 +90,10 @@ class _Projected:
 
 
 def _check_table(owner: str, name: str, table: Any) -> None:
+    from timetile.api.interval_join import IntervalJoin  # noqa: PLC0415  (it imports this)
+
+    if isinstance(table, IntervalJoin):
+        return
     if isinstance(table, str):
         if not table.strip():
             raise DefinitionError.single(owner, name, "is empty",
@@ -98,13 +102,16 @@ def _check_table(owner: str, name: str, table: Any) -> None:
     if not (hasattr(table, "schema") and hasattr(table, "select")):
         raise DefinitionError.single(
             owner, name, f"{type(table).__name__} is not a table",
-            "give a table name, a Parquet path or a Spark DataFrame",
+            "give a table name, a Parquet path, a Spark DataFrame or a tt.IntervalJoin",
         )
 
 
 def describe_table(table: Any) -> str:
     """Name a table reference briefly, for messages and reports."""
-    return table if isinstance(table, str) else "a DataFrame"
+    if isinstance(table, str):
+        return table
+    label = getattr(table, "label", None)  # an IntervalJoin names itself
+    return label if isinstance(label, str) else "a DataFrame"
 
 
 def is_path(table: str) -> bool:
@@ -139,7 +146,8 @@ class EventSource(_Projected):
     """An append-only log of events, each with a time (DESIGN §2).
 
     Args:
-        table: a Spark table name, a Parquet path, or a Spark DataFrame.
+        table: a Spark table name, a Parquet path, a Spark DataFrame, or a
+            :class:`~timetile.api.interval_join.IntervalJoin` (whose rows it reads).
         time_column: the event time: int64 epoch milliseconds, a Spark timestamp, or an
             ISO-8601 string. Rows whose time is null or unparseable are left out and counted.
         select: columns to keep, as a list of names or ``{name: spark_sql_expression}``.

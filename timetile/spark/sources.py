@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 
 from timetile.api.errors import DefinitionError, expect_argument
 from timetile.api.group_by import RESERVED_PREFIX
+from timetile.api.interval_join import IntervalJoin
 from timetile.api.schema import not_a_time
 from timetile.api.sources import EntitySource, EventSource, is_path
 from timetile.core.timeutil import DAY_MS
@@ -68,9 +69,13 @@ def coarse_schema(frame: DataFrame) -> dict[str, str]:
 
 
 def read_table(spark: SparkSession, table: object) -> DataFrame:
-    """Return a table name, a Parquet path or a DataFrame, as a DataFrame. No job runs."""
+    """Return a table name, Parquet path, DataFrame or IntervalJoin as a DataFrame; no job runs."""
     if isinstance(table, DataFrame):
         return table
+    if isinstance(table, IntervalJoin):
+        from timetile.spark.interval_join import joined_rows  # noqa: PLC0415  (it imports this)
+
+        return joined_rows(spark, table)
     if not isinstance(table, str):
         raise TypeError(f"cannot read {type(table).__name__} as a table")
     return spark.read.parquet(table) if is_path(table) else spark.table(table)

@@ -80,6 +80,8 @@ class JoinCondition:
 
     Attributes:
         text: the condition as written.
+        sql: the condition in Spark SQL over times in epoch milliseconds (each ``INTERVAL``
+            written as its milliseconds), for an engine that evaluates it itself.
         bounds: one :class:`TimeBound` per (later, earlier) pair, the lowest constant.
         filters: per alias, the conjuncts on that input alone (SQL), ANDed.
         matches: the whole condition on a (left row, right row) pair; rows map column →
@@ -88,6 +90,7 @@ class JoinCondition:
     """
 
     text: str
+    sql: str
     bounds: tuple[TimeBound, ...]
     filters: Mapping[str, tuple[str, ...]]
     matches: Predicate = field(compare=False, repr=False)
@@ -168,8 +171,11 @@ def parse_condition(text: str, time_fields: Mapping[str, Sequence[str]],
                 f"{other}.<time> - INTERVAL 1 HOUR (time fields: "
                 f"{_listed(time_fields.get(alias))} and {_listed(time_fields.get(other))})")
     predicates = {alias: _compile_filter(clauses) for alias, clauses in filters.items()}
+    in_ms = tree.copy().transform(
+        lambda node: exp.Literal.number(ms) if isinstance(node, exp.Interval)
+        and (ms := _constant_ms(node)) is not None else node)
     return JoinCondition(
-        text, tuple(TimeBound(later, earlier, postpone)
+        text, in_ms.sql(dialect="spark"), tuple(TimeBound(later, earlier, postpone)
                     for (later, earlier), postpone in sorted(bounds.items())),
         {alias: tuple(clauses) for alias, clauses in filters.items()},
         _compile_pair(tree), predicates)

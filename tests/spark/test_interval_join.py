@@ -1,0 +1,190 @@
+"""The batch interval join on Spark, against the processor and a plain Spark SQL join.
+
+Every transcript of single-time inputs goes through the batch join: its rows that were not
+late must give what the processor gives once final watermarks flush its buffers. A GroupBy
+over an IntervalJoin of random, Zipf-skewed orders and deliveries (nulls, equal times,
+duplicates, rows no delivery reaches) backfills to what the naive oracle computes over a
+plain Spark SQL join on the condition. Bad definitions fail before any job, naming the field.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+import timetile as tt
+from timetile.core.interval_join import IntervalJoinProcessor, Joined
+from timetile.core.interval_join.transcript import read_transcript
+from timetile.core.timeutil import HOUR_MS
+from timetile.spark.interval_join import joined_rows
+from timetile.testing import naive_backfill, random_events, random_queries, to_spark
+
+pytestmark = pytest.mark.spark
+
+TRANSCRIPTS = sorted((Path(__file__).parents[1] / "core" / "interval_join" / "transcripts")
+                     .glob("*.txt"))
+
+
+def _single_time(path: Path) -> bool:
+    return all(len(fields) == 1 for fields in read_transcript(path).spec.time_fields.values())
+
+
+def _canonical(left: dict[str, Any] | None, right: dict[str, Any] | None) -> str:
+    return repr((left and sorted(left.items()), right and sorted(right.items())))
+
+
+@pytest.mark.parametrize("path", [p for p in TRANSCRIPTS if _single_time(p)],
+                         ids=lambda path: path.stem)
+def test_a_transcript_through_the_batch_join(spark: SparkSession, path: Path) -> None:
+    transcript = read_transcript(path)
+    spec = transcript.spec
+    processor = IntervalJoinProcessor(spec)
+    kept: dict[str, list[dict[str, Any]]] = {"l": [], "r": []}
+    streamed: Counter[str] = Counter()
+    for step in transcript.steps:
+        if step.kind == "row":
+            late = processor.counts.late
+            outputs = processor.row(step.alias, step.row)
+            if processor.counts.late == late:
+                kept[step.alias].append(step.row)
+        elif step.kind == "watermark":
+            outputs = processor.watermark(step.time_field, step.value)
+        else:
+            continue
+        streamed.update(_canonical(o.left, o.right) for o in outputs if isinstance(o, Joined))
+    for time_field in spec.fields:
+        streamed.update(_canonical(o.left, o.right)
+                        for o in processor.watermark(time_field, 10**12)
+                        if isinstance(o, Joined))
+    columns = {alias: sorted({c for row in kept[alias] for c in row} | set(
+        spec.time_fields[alias]) | {key[i] for key in spec.keys for i in (0, 1)
+                                     if (i == 0) == (alias == "l")} | {"_k"})
+               for alias in ("l", "r")}
+    frames = {alias: spark.createDataFrame(
+        [tuple({**row, "_k": 1}.get(c) for c in columns[alias]) for row in kept[alias]],
+        ", ".join(f"`{c}` {'string' if c == 'name' else 'bigint'}" for c in columns[alias]))
+        for alias in ("l", "r")}
+    join = tt.IntervalJoin(
+        path.stem, tt.EventSource(frames["l"], time_column=spec.time_fields["l"][0]),
+        tt.EventSource(frames["r"], time_column=spec.time_fields["r"][0]),
+        on=[*spec.keys, "_k"], condition=spec.condition.text, how=spec.how)
+    batch: Counter[str] = Counter()
+    for row in joined_rows(spark, join).collect():
+        sides = []
+        for prefix in join.prefixes:
+            values = {k[len(prefix):]: v for k, v in row.asDict().items()
+                      if k.startswith(prefix) and k != f"{prefix}_k"}
+            sides.append(None if row[f"{prefix}_k"] is None else values)
+        batch[_canonical(*sides)] += 1
+    assert batch == streamed, path.stem
+
+
+@pytest.fixture(scope="module")
+def orders_and_deliveries(spark: SparkSession) -> tuple[Any, Any, pa.Table]:
+    events = random_events(300, 20, seed=71, days=2)
+    orders = events.rename_columns(["order_id", "order_time", "amount", "quantity", "item",
+                                    "flag"])
+    later = random_events(300, 20, seed=72, days=2)
+    deliveries = later.rename_columns(["order_id", "delivery_time", "fee", "quantity", "item",
+                                       "flag"]).select(["order_id", "delivery_time", "fee"])
+    queries = random_queries(events, 60, seed=73).rename_columns(["order_id", "ts", "label"])
+    return to_spark(spark, orders), to_spark(spark, deliveries), queries
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "full"])
+def test_a_group_by_over_an_interval_join_equals_the_naive_oracle(
+        spark: SparkSession, orders_and_deliveries: tuple[Any, Any, pa.Table], how: str) -> None:
+    orders, deliveries, queries = orders_and_deliveries
+    condition = ("r.delivery_time BETWEEN l.order_time - INTERVAL 30 MINUTES "
+                 "AND l.order_time + INTERVAL 3 HOURS")
+    join = tt.IntervalJoin("delivered", tt.EventSource(orders, time_column="order_time"),
+                           tt.EventSource(deliveries, time_column="delivery_time"),
+                           on=["order_id"], condition=condition, how=how,
+                           time_column="r_delivery_time" if how == "full" else None)
+    orders.createOrReplaceTempView("o")
+    deliveries.createOrReplaceTempView("d")
+    kind = {"inner": "JOIN", "left": "LEFT JOIN", "full": "FULL JOIN"}[how]
+    plain = spark.sql(
+        "SELECT o.order_id l_order_id, o.order_time l_order_time, o.amount l_amount, "
+        "o.quantity l_quantity, o.item l_item, o.flag l_flag, d.order_id r_order_id, "
+        f"d.delivery_time r_delivery_time, d.fee r_fee FROM o {kind} d ON o.order_id = "
+        "d.order_id AND d.delivery_time BETWEEN o.order_time - 1800000 AND o.order_time "
+        "+ 10800000")
+    key = "r_order_id" if how == "full" else "l_order_id"
+    aggregations = [tt.Aggregation("r_fee", "sum", windows=["1h", "1d"]),
+                    tt.Aggregation("r_fee", "count", windows=["1d"]),
+                    tt.Aggregation("l_amount", "max", windows=["1d"]),
+                    tt.Aggregation("r_delivery_time", "last")]
+    left = tt.EventSource(to_spark(spark, queries.rename_columns(
+        [key, "ts", "label"])), time_column="ts")
+
+    def backfilled(source: Any) -> list[Any]:
+        group_by = tt.GroupBy("delivered", source, [key], aggregations)
+        return tt.backfill(tt.Join("j", left, [group_by]), spark).collect()
+
+    def expected() -> list[Any]:
+        time = "r_delivery_time" if how == "full" else "l_order_time"
+        group_by = tt.GroupBy("delivered", tt.EventSource(plain, time_column=time), [key],
+                              aggregations)
+        return sorted(map(repr, naive_backfill(tt.Join("j", left, [group_by]), spark)
+                          .collect()))
+
+    found = backfilled(join)
+    assert sorted(map(repr, found)) == expected()
+    assert sum(row["delivered_r_fee_count_1d"] or 0 for row in found) > 10  # joins counted
+
+
+def test_the_left_outer_rows_keep_their_columns(spark: SparkSession) -> None:
+    orders = spark.createDataFrame([(1, 0, 5.0), (2, 0, 6.0), (None, 0, 7.0)],
+                                   "id bigint, t bigint, amount double")
+    deliveries = spark.createDataFrame([(1, HOUR_MS), (1, 10 * HOUR_MS), (3, 0)],
+                                       "id bigint, t bigint")
+    join = tt.IntervalJoin("j", tt.EventSource(orders, time_column="t"),
+                           tt.EventSource(deliveries, time_column="t"), on=["id"],
+                           condition="r.t BETWEEN l.t AND l.t + INTERVAL 2 HOURS", how="full",
+                           prefixes=("o_", "d_"))
+    rows = sorted(map(tuple, joined_rows(spark, join).collect()), key=repr)
+    assert rows == sorted([(1, 0, 5.0, 1, HOUR_MS), (2, 0, 6.0, None, None),
+                           (None, 0, 7.0, None, None), (None, None, None, 1, 10 * HOUR_MS),
+                           (None, None, None, 3, 0)], key=repr)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"condition": "l.t = r.t AND l.missing > 1"}, r"source.condition: .*l has no column "
+                                                   r"'missing'.*Fix: use one of"),
+    ({"on": ["name"]}, r"source.on: keys 'name' \(bigint\) and 'name' \(string\) differ.*"
+                       r"CAST\(name AS BIGINT\)"),
+    ({"on": ["nowhere"]}, r"source.on: left input has no column 'nowhere'"),
+])
+def test_definitions_that_do_not_fit_the_inputs_fail_before_any_job(
+        spark: SparkSession, change: dict[str, Any], message: str) -> None:
+    left = spark.createDataFrame([(1, 0, 2)], "id bigint, t bigint, name bigint")
+    right = spark.createDataFrame([(1, 0, "a")], "id bigint, t bigint, name string")
+    arguments = {"on": ["id"], "condition": "l.t = r.t", **change}
+    join = tt.IntervalJoin("j", tt.EventSource(left, time_column="t"),
+                           tt.EventSource(right, time_column="t"), **arguments)
+    with pytest.raises(tt.DefinitionError, match=message):
+        joined_rows(spark, join)
+
+
+def test_a_chain_of_three_streams(spark: SparkSession) -> None:
+    """Seed 004's chain: (orders ⋈ deliveries) ⋈ returns, its middle input with two times."""
+    orders = spark.createDataFrame([(1, 100), (2, 200)], "id bigint, t bigint")
+    deliveries = spark.createDataFrame([(1, 101), (2, 205)], "id bigint, t bigint")
+    returns = spark.createDataFrame([(1, 103), (2, 300)], "id bigint, t bigint")
+    first = tt.IntervalJoin("od", tt.EventSource(orders, time_column="t"),
+                            tt.EventSource(deliveries, time_column="t"), on=["id"],
+                            condition="r.t BETWEEN l.t - 1 AND l.t + 3", how="left",
+                            prefixes=("o_", "d_"))
+    chain = tt.IntervalJoin("odr", first, tt.EventSource(returns, time_column="t"),
+                            on=[("o_id", "id")], condition="r.t BETWEEN l.d_t - 1 AND l.d_t + 4",
+                            how="left", prefixes=("", "r_"))
+    assert chain.input_time_fields == {"l": ("o_t", "d_t"), "r": ("t",)}
+    rows = sorted(map(tuple, joined_rows(spark, chain).collect()), key=repr)
+    assert rows == sorted([(1, 100, 1, 101, 1, 103), (2, 200, None, None, None, None)],
+                          key=repr)
