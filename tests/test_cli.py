@@ -112,7 +112,8 @@ def test_version(runner: CliRunner) -> None:
 
 
 @pytest.mark.parametrize("command", [[], ["backfill"], ["demo"], ["upload"], ["serve"],
-                                     ["fetch"], ["consistency"], ["verify"]])
+                                     ["fetch"], ["consistency"], ["verify"],
+                                     ["join", "replay"]])
 def test_every_help_shows_an_example(runner: CliRunner, command: list[str]) -> None:
     result = runner.invoke(app, [*command, "--help"], env=ENV)
     assert result.exit_code == 0, result.output

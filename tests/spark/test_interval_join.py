@@ -20,9 +20,12 @@ from pyspark.sql import SparkSession
 import timetile as tt
 from timetile.core.interval_join import IntervalJoinProcessor, Joined
 from timetile.core.interval_join.transcript import read_transcript
-from timetile.core.timeutil import HOUR_MS
+from timetile.core.timeutil import HOUR_MS, date_to_ms
+from timetile.offline.upload import upload
+from timetile.online.fetcher import Fetcher
 from timetile.spark.interval_join import joined_rows
-from timetile.testing import naive_backfill, random_events, random_queries, to_spark
+from timetile.store.kv import open_store
+from timetile.testing import naive_backfill, random_events, random_queries, same_value, to_spark
 
 pytestmark = pytest.mark.spark
 
@@ -188,3 +191,30 @@ def test_a_chain_of_three_streams(spark: SparkSession) -> None:
     rows = sorted(map(tuple, joined_rows(spark, chain).collect()), key=repr)
     assert rows == sorted([(1, 100, 1, 101, 1, 103), (2, 200, None, None, None, None)],
                           key=repr)
+
+
+def test_an_upload_of_a_join_serves_what_the_backfill_computes(
+        spark: SparkSession, orders_and_deliveries: tuple[Any, Any, pa.Table],
+        tmp_path: Path) -> None:
+    orders, deliveries, _ = orders_and_deliveries
+    delivered = tt.GroupBy(
+        "delivered", tt.IntervalJoin(
+            "delivered", tt.EventSource(orders, time_column="order_time"),
+            tt.EventSource(deliveries, time_column="delivery_time"), on=["order_id"],
+            condition="r.delivery_time BETWEEN l.order_time AND l.order_time + INTERVAL 6 HOURS",
+            how="left"), ["l_order_id"],
+        [tt.Aggregation("r_fee", "sum", windows=["1d"]), tt.Aggregation("r_fee", "count"),
+         tt.Aggregation("l_amount", "last_k", k=3)])
+    at = date_to_ms("2024-01-02")
+    keys = list(range(1, 21))
+    queries = spark.createDataFrame([(key, at) for key in keys], "l_order_id bigint, ts bigint")
+    join = tt.Join("served", tt.EventSource(queries), [delivered])
+    expected = {row["l_order_id"]: row.asDict() for row in tt.backfill(join, spark).collect()}
+    store_uri = f"lmdb://{tmp_path / 'store'}"
+    upload(delivered, spark, "2024-01-01", store_uri)
+    with open_store(store_uri) as store:
+        results = Fetcher(join, store).fetch([{"l_order_id": key} for key in keys], at=at)
+    for key, result in zip(keys, results, strict=True):
+        for name, value in result.features.items():
+            assert same_value(value, expected[key][name]), (key, name, value)
+    assert sum(expected[key]["delivered_r_fee_count"] for key in keys) > 10

@@ -3,7 +3,7 @@
 Each command lives in a module of its own and registers itself here: ``backfill``
 (:mod:`.backfill`), ``demo`` (:mod:`.demo`), ``upload``, ``serve`` and ``fetch``
 (:mod:`.online`), ``consistency`` (:mod:`.consistency`), ``stream`` (:mod:`.stream`) and
-``verify`` (:mod:`.verify`);
+``verify`` (:mod:`.verify`) and ``join replay`` (:mod:`.join`);
 what they share (errors, definitions files, the Spark session) is in :mod:`.common`.
 
 Every command has ``--help`` with a worked example. User errors (a definition that cannot
@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from timetile import __version__
-from timetile.cli import backfill, consistency, demo, online, stream, verify
+from timetile.cli import backfill, consistency, demo, join, online, stream, verify
 
 app = typer.Typer(
     name="timetile",
@@ -58,7 +58,7 @@ def _main(
     """Point-in-time-correct windowed aggregations (ML features) on Apache Spark."""
 
 
-for _commands in (backfill, demo, online, consistency, stream, verify):
+for _commands in (backfill, demo, online, consistency, stream, verify, join):
     _commands.register(app)
 
 

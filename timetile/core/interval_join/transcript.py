@@ -53,6 +53,7 @@ class Step:
 
     line: int
     kind: str  # "row", "watermark", "restart" or "counts"
+    text: str = ""  # the line as written, without its comment
     alias: str = ""
     row: dict[str, Any] = field(default_factory=dict)
     time_field: tuple[str, str] = ("", "")
@@ -97,7 +98,7 @@ def read_transcript(path: str | Path) -> Transcript:
             steps[-1] = Step(**{**vars(last), "expected": (*last.expected,
                                                           _output(text[1:], where))})
         else:
-            steps.append(_input(text, number, where))
+            steps.append(Step(**{**vars(_input(text, number, where)), "text": text}))
     return Transcript(name, _spec(header, name), tuple(steps))
 
 
@@ -202,10 +203,10 @@ def replay(transcript: Transcript, restarts: Iterable[int] = ()) -> list[list[Ou
 def check(transcript: Transcript, restarts: Iterable[int] = ()) -> None:
     """Replay the transcript and raise AssertionError at the first step that differs."""
     for step, outputs in zip(transcript.steps, replay(transcript, restarts), strict=True):
-        if Counter(map(_canonical, outputs)) != Counter(map(_canonical, step.expected)):
+        if Counter(map(describe, outputs)) != Counter(map(describe, step.expected)):
             raise AssertionError(
                 f"{transcript.path}:{step.line}: expected "
-                f"{sorted(map(_canonical, step.expected))}, got {sorted(map(_canonical, outputs))}")
+                f"{sorted(map(describe, step.expected))}, got {sorted(map(describe, outputs))}")
 
 
 def _check_counts(transcript: Transcript, step: Step, processor: IntervalJoinProcessor) -> None:
@@ -216,8 +217,12 @@ def _check_counts(transcript: Transcript, step: Step, processor: IntervalJoinPro
                              f"got {actual}")
 
 
-def _canonical(output: Output) -> str:
-    """Write an output as a transcript's ``>`` line would (for comparing and printing)."""
+def describe(output: Output) -> str:
+    """Write an output as a transcript's ``>`` line does (for comparing and printing).
+
+    >>> describe(Watermark(("l", "t"), 3)), describe(Joined({"t": 1}, None))
+    ('wm l.t 3', 'join t=1 | null')
+    """
     if isinstance(output, Watermark):
         return f"wm {output.field[0]}.{output.field[1]} {output.value}"
 
