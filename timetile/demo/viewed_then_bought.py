@@ -35,7 +35,7 @@ viewed_then_bought = tt.IntervalJoin(
 
 conversions = tt.GroupBy(
     name="conversions",
-    source=viewed_then_bought,  # its rows are events at the view's time
+    source=tt.EventSource(viewed_then_bought, time_column="view_ts"),  # at the view's time
     keys=["view_user_id"],
     aggregations=[
         tt.Aggregation("view_ts", "count", windows=["7d", "30d"]),  # views
