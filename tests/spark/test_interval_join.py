@@ -25,6 +25,7 @@ from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
 from timetile.spark.interval_join import joined_rows
 from timetile.store.kv import open_store
+from timetile.streaming.job import stream_group_by
 from timetile.testing import naive_backfill, random_events, random_queries, same_value, to_spark
 
 pytestmark = pytest.mark.spark
@@ -218,3 +219,16 @@ def test_an_upload_of_a_join_serves_what_the_backfill_computes(
         for name, value in result.features.items():
             assert same_value(value, expected[key][name]), (key, name, value)
     assert sum(expected[key]["delivered_r_fee_count"] for key in keys) > 10
+
+
+def test_a_stream_of_a_join_is_refused_until_it_is_built(spark: SparkSession,
+                                                         tmp_path: Path) -> None:
+    frame = spark.createDataFrame([(1, 0)], "id bigint, t bigint")
+    join = tt.IntervalJoin("j", tt.EventSource(frame, time_column="t"),
+                           tt.EventSource(frame, time_column="t"), on=["id"],
+                           condition="l.t = r.t")
+    group_by = tt.GroupBy("g", join, ["l_id"], [tt.Aggregation("r_t", "count")])
+    with pytest.raises(tt.DefinitionError, match=r"group_by\.source: reads interval join "
+                                                 r"'j', and the streaming interval join is not"):
+        stream_group_by(group_by, spark, f"dir:{tmp_path}", f"lmdb://{tmp_path / 's'}",
+                        str(tmp_path / "checkpoint"))

@@ -2,7 +2,7 @@
 
 Each command lives in a module of its own and registers itself here: ``backfill``
 (:mod:`.backfill`), ``demo`` (:mod:`.demo`), ``upload``, ``serve`` and ``fetch``
-(:mod:`.online`), ``consistency`` (:mod:`.consistency`), ``stream`` (:mod:`.stream`) and
+(:mod:`.online`), ``consistency`` (:mod:`.consistency`), ``stream`` (:mod:`.stream`),
 ``verify`` (:mod:`.verify`) and ``join replay`` (:mod:`.join`);
 what they share (errors, definitions files, the Spark session) is in :mod:`.common`.
 

@@ -49,6 +49,7 @@ from pyspark.sql.types import StructType
 
 from timetile.api.errors import DefinitionError, Problem
 from timetile.api.group_by import GroupBy
+from timetile.api.interval_join import IntervalJoin
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EntitySource, EventSource
 from timetile.core.timeutil import ms_to_iso, parse_duration
@@ -479,6 +480,12 @@ def stream_group_by(
         LookupError: the GroupBy has no upload in the store.
 
     """
+    if isinstance(group_by.source, EventSource) and isinstance(group_by.source.table,
+                                                               IntervalJoin):
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", f"{field}.source", f"reads "
+            f"{group_by.source.table.label}, and the streaming interval join is not built yet",
+            "serve this GroupBy from its daily uploads (timetile upload) for now")
     if isinstance(group_by.source, EntitySource) and group_by.source.mutation_table is None:
         raise DefinitionError.single(
             f"GroupBy {group_by.name!r}", f"{field}.source.mutation_table", "is not set, so "
