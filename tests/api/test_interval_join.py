@@ -20,6 +20,7 @@ def join(**change: Any) -> tt.IntervalJoin:
 
 
 def test_a_join_is_a_source_with_prefixed_times() -> None:
+    assert join().time_column == "joined_at"  # when each row is certain: no leak
     delivered = join(time_column="r_delivery_time", on=[("id", "order_id")])
     assert delivered.key_pairs == (("id", "order_id"),)
     group_by = tt.GroupBy("deliveries", delivered, ["l_id"],
@@ -37,8 +38,10 @@ def test_a_join_is_a_source_with_prefixed_times() -> None:
     ({"condition": "r.delivery_time >= l.order_time"}, "never bounds how long a row of the left"),
     ({"condition": "l.order_time = r.fee AND r.delivery_time >= l.order_time"},
      r"'l.order_time = r.fee' bound\(s\) nothing"),
-    ({"time_column": "l_fee"}, r"time_column: 'l_fee' is not a time of an input. Fix: name "
-                               "one of l_order_time, r_delivery_time"),
+    ({"time_column": "l_fee"}, r"time_column: 'l_fee' is not a time of the join. Fix: name "
+                               r"'joined_at' \(when each row is certain\) or one of "
+                               "l_order_time, r_delivery_time"),
+    ({"condition": ""}, r"condition: condition is empty. Fix: write SQL over"),
     ({"how": "outer"}, r"how: 'outer' is no join kind. Fix: use one of inner, left, right, full"),
     ({"on": []}, r"on: \[\] names no keys"),
     ({"on": [("a",)]}, r"on: \[\('a',\)\] names no keys"),
@@ -64,5 +67,5 @@ def test_the_demo_definitions_build() -> None:
     model = found["conversion_model"]
     source = model.parts[0].group_by.source
     assert source.table is found["viewed_then_bought"]
-    assert source.time_column == "view_ts"
+    assert source.time_column == "joined_at"
     assert model.output_columns()[-1] == "conversions_purchase_amount_sum_30d"

@@ -9,6 +9,7 @@ plain Spark SQL join on the condition. Bad definitions fail before any job, nami
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 
 import timetile as tt
 from timetile.core.interval_join import IntervalJoinProcessor, Joined
+from timetile.core.interval_join.processor import joined_at
 from timetile.core.interval_join.transcript import read_transcript
 from timetile.core.timeutil import HOUR_MS, date_to_ms
 from timetile.offline.upload import upload
@@ -85,6 +87,7 @@ def test_a_transcript_through_the_batch_join(spark: SparkSession, path: Path) ->
                       if k.startswith(prefix) and k != f"{prefix}_k"}
             sides.append(None if row[f"{prefix}_k"] is None else values)
         batch[_canonical(*sides)] += 1
+        assert row["joined_at"] == joined_at(spec, Joined(*sides)), (path.stem, row)
     assert batch == streamed, path.stem
 
 
@@ -108,15 +111,19 @@ def test_a_group_by_over_an_interval_join_equals_the_naive_oracle(
                  "AND l.order_time + INTERVAL 3 HOURS")
     join = tt.IntervalJoin("delivered", tt.EventSource(orders, time_column="order_time"),
                            tt.EventSource(deliveries, time_column="delivery_time"),
-                           on=["order_id"], condition=condition, how=how,
-                           time_column="r_delivery_time" if how == "full" else None)
+                           on=["order_id"], condition=condition, how=how)
     orders.createOrReplaceTempView("o")
     deliveries.createOrReplaceTempView("d")
     kind = {"inner": "JOIN", "left": "LEFT JOIN", "full": "FULL JOIN"}[how]
     plain = spark.sql(
         "SELECT o.order_id l_order_id, o.order_time l_order_time, o.amount l_amount, "
         "o.quantity l_quantity, o.item l_item, o.flag l_flag, d.order_id r_order_id, "
-        f"d.delivery_time r_delivery_time, d.fee r_fee FROM o {kind} d ON o.order_id = "
+        "d.delivery_time r_delivery_time, d.fee r_fee, "
+        # certain when both rows exist; an order alone 3 h after it, a delivery alone 30 min
+        "CASE WHEN o.order_id IS NOT NULL OR o.order_time IS NOT NULL THEN CASE WHEN "
+        "d.delivery_time IS NOT NULL OR d.order_id IS NOT NULL THEN greatest(o.order_time, "
+        "d.delivery_time) ELSE o.order_time + 10800000 END ELSE d.delivery_time + 1800000 END "
+        f"joined_at FROM o {kind} d ON o.order_id = "
         "d.order_id AND d.delivery_time BETWEEN o.order_time - 1800000 AND o.order_time "
         "+ 10800000")
     key = "r_order_id" if how == "full" else "l_order_id"
@@ -132,9 +139,8 @@ def test_a_group_by_over_an_interval_join_equals_the_naive_oracle(
         return tt.backfill(tt.Join("j", left, [group_by]), spark).collect()
 
     def expected() -> list[Any]:
-        time = "r_delivery_time" if how == "full" else "l_order_time"
-        group_by = tt.GroupBy("delivered", tt.EventSource(plain, time_column=time), [key],
-                              aggregations)
+        group_by = tt.GroupBy("delivered", tt.EventSource(plain, time_column="joined_at"),
+                              [key], aggregations)
         return sorted(map(repr, naive_backfill(tt.Join("j", left, [group_by]), spark)
                           .collect()))
 
@@ -153,9 +159,11 @@ def test_the_left_outer_rows_keep_their_columns(spark: SparkSession) -> None:
                            condition="r.t BETWEEN l.t AND l.t + INTERVAL 2 HOURS", how="full",
                            prefixes=("o_", "d_"))
     rows = sorted(map(tuple, joined_rows(spark, join).collect()), key=repr)
-    assert rows == sorted([(1, 0, 5.0, 1, HOUR_MS), (2, 0, 6.0, None, None),
-                           (None, 0, 7.0, None, None), (None, None, None, 1, 10 * HOUR_MS),
-                           (None, None, None, 3, 0)], key=repr)
+    settled = 2 * HOUR_MS  # an order alone is certain 2 h after it, a delivery alone at once
+    assert rows == sorted([(1, 0, 5.0, 1, HOUR_MS, HOUR_MS), (2, 0, 6.0, None, None, settled),
+                           (None, 0, 7.0, None, None, settled),
+                           (None, None, None, 1, 10 * HOUR_MS, 10 * HOUR_MS),
+                           (None, None, None, 3, 0, 0)], key=repr)
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -189,9 +197,16 @@ def test_a_chain_of_three_streams(spark: SparkSession) -> None:
                             on=[("o_id", "id")], condition="r.t BETWEEN l.d_t - 1 AND l.d_t + 4",
                             how="left", prefixes=("", "r_"))
     assert chain.input_time_fields == {"l": ("o_t", "d_t"), "r": ("t",)}
+    with pytest.raises(tt.DefinitionError, match=r"source.prefixes: \('', 'r_'\) name an "
+                                                 "output column 'joined_at'"):
+        joined_rows(spark, chain)
+    chain = dataclasses.replace(chain, prefixes=("od_", "r_"))
     rows = sorted(map(tuple, joined_rows(spark, chain).collect()), key=repr)
-    assert rows == sorted([(1, 100, 1, 101, 1, 103), (2, 200, None, None, None, None)],
-                          key=repr)
+    # order 2 has no delivery in its bound: padded in the first join, certain at 203 when
+    # none can come; padded again in the second, its delivery time null, so no time says
+    # when it settles: null, and a GroupBy over the chain leaves it out, counted
+    assert rows == sorted([(1, 100, 1, 101, 101, 1, 103, 103),
+                           (2, 200, None, None, 203, None, None, None)], key=repr)
 
 
 def test_an_upload_of_a_join_serves_what_the_backfill_computes(

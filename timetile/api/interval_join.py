@@ -2,8 +2,8 @@
 
 Its rows are both inputs' rows joined on equal keys and the condition, each column renamed
 with its input's prefix (``l_``, ``r_`` by default) so both sides' columns survive, plus, for
-an outer join, the unmatched rows of the outer side with the other side's columns null.
-Its time is one of the inputs' time columns, prefixed. A GroupBy aggregates it as an
+an outer join, the unmatched rows of the outer side with the other side's columns null, and
+``joined_at``: when the row is certain, its time by default. A GroupBy aggregates it as an
 :class:`~timetile.api.sources.EventSource`, and another IntervalJoin may take it as an
 input (a chain of three streams, whose middle input carries two time fields).
 """
@@ -20,6 +20,9 @@ from timetile.core.interval_join import ConditionError, JoinCondition, parse_con
 from timetile.core.interval_join.condition import LEFT, RIGHT
 from timetile.core.interval_join.processor import OUTER_SIDES
 
+#: The output column of when each joined row is certain (the default time column).
+JOINED_AT = "joined_at"
+
 
 @dataclass(frozen=True)
 class IntervalJoin:
@@ -35,9 +38,12 @@ class IntervalJoin:
             e.g. ``"r.delivery_time BETWEEN l.order_time AND l.order_time + INTERVAL 1
             HOUR"``. Its rules are in docs/interval_joins.md.
         how: ``inner``, ``left``, ``right`` or ``full``.
-        time_column: the joined rows' time, an output column (prefixed) that is a time of
-            an input; the left input's time by default. Rows where it is null (the padded
-            side of an outer row) are left out of aggregations and counted.
+        time_column: the joined rows' time: ``joined_at`` (the default), when each row is
+            certain (a joined row at the later of its rows' times, a null-padded row once no
+            row of the other input can still match it), so a feature never sees a row
+            before it could exist; or a time of an input, prefixed, which places a joined
+            row at that time, before the other row may have happened (a leak, unless that
+            is the intent). Rows where it is null are left out of aggregations and counted.
         prefixes: the prefixes of the left and the right input's columns.
         max_buffered: the most rows the streaming join may buffer (None: no limit).
 
@@ -46,7 +52,7 @@ class IntervalJoin:
     >>> join = IntervalJoin("delivered", orders, deliveries, on=["order_id"],
     ...     condition="r.delivery_time BETWEEN l.order_time AND l.order_time + INTERVAL 1 HOUR")
     >>> join.time_column, join.time_fields
-    ('l_order_time', ('l_order_time', 'r_delivery_time'))
+    ('joined_at', ('l_order_time', 'r_delivery_time'))
 
     """
 
@@ -89,15 +95,16 @@ class IntervalJoin:
         try:
             parsed = parse_condition(self.condition, self.input_time_fields)
         except ConditionError as error:
-            raise DefinitionError.single(subject, "condition", str(error).split(". Fix: ")[0],
-                                         str(error).split(". Fix: ", 1)[-1]) from None
+            raise DefinitionError.single(subject, "condition", error.message,
+                                         error.fix) from None
         object.__setattr__(self, "parsed", parsed)
         if self.time_column is None:
-            object.__setattr__(self, "time_column", self.time_fields[0])
-        elif self.time_column not in self.time_fields:
+            object.__setattr__(self, "time_column", JOINED_AT)
+        elif self.time_column not in (JOINED_AT, *self.time_fields):
             raise DefinitionError.single(
-                subject, "time_column", f"{self.time_column!r} is not a time of an input",
-                f"name one of {', '.join(self.time_fields)}")
+                subject, "time_column", f"{self.time_column!r} is not a time of the join",
+                f"name {JOINED_AT!r} (when each row is certain) or one of "
+                f"{', '.join(self.time_fields)}")
 
     @property
     def input_time_fields(self) -> dict[str, tuple[str, ...]]:
@@ -115,6 +122,11 @@ class IntervalJoin:
     def label(self) -> str:
         """Name the join as people name it in messages."""
         return f"interval join {self.name!r}"
+
+
+def is_interval_join(table: object) -> bool:
+    """Tell whether a source's table is an :class:`IntervalJoin` (its rows are computed)."""
+    return isinstance(table, IntervalJoin)
 
 
 def time_fields_of(source: object) -> tuple[str, ...]:

@@ -62,11 +62,13 @@ def replay(
         if wrong:
             raise CliError(f"--restart-before {wrong[0]} is no step: the transcript has "
                            f"{steps} steps, numbered from 1")
-    try:
-        produced = run(parsed, restarts=[n - 1 for n in restart_before or ()])
-    except AssertionError as error:  # a '= counts' line that does not hold
-        out.print(Text(str(error), style="bold red"))
-        raise typer.Exit(MISMATCH_EXIT) from None
+        try:
+            produced = run(parsed, restarts=[n - 1 for n in restart_before or ()])
+        except TranscriptError as error:  # a step the processor refuses
+            raise CliError(str(error)) from None
+        except AssertionError as error:  # a '= counts' line that does not hold
+            out.print(Text(str(error), style="bold red"))
+            raise typer.Exit(MISMATCH_EXIT) from None
     differing = 0
     for index, (step, outputs) in enumerate(zip(parsed.steps, produced, strict=True), 1):
         out.print(Text(f"{index:>3}  {step.text}", style="bold"))

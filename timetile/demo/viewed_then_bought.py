@@ -2,7 +2,7 @@ r"""Purchases that followed a view of the same listing within the hour: an inter
 
 Each view is joined with the buyer's purchases of that listing in the hour after it (an
 ``IntervalJoin``, seed 004), and each checkout asks how many of the buyer's views turned
-into a purchase within the hour, over the last week and month:
+into a purchase within the hour, over the last week and month, and what they spent:
 
     timetile demo                                   # writes timetile-demo/data
     timetile backfill timetile/demo/viewed_then_bought.py --start 2024-02-01 \\
@@ -33,13 +33,16 @@ viewed_then_bought = tt.IntervalJoin(
     prefixes=("view_", "purchase_"),
 )
 
+# Each joined row is an event at "joined_at", when it is certain: a view with a purchase at
+# the purchase, a view without one an hour after it, once no purchase can still match. So
+# a checkout never counts a purchase that came after it.
 conversions = tt.GroupBy(
     name="conversions",
-    source=tt.EventSource(viewed_then_bought, time_column="view_ts"),  # at the view's time
+    source=tt.EventSource(viewed_then_bought, time_column="joined_at"),
     keys=["view_user_id"],
     aggregations=[
-        tt.Aggregation("view_ts", "count", windows=["7d", "30d"]),  # views
-        tt.Aggregation("purchase_ts", "count", windows=["7d", "30d"]),  # views bought after
+        # (view, purchase) pairs: views followed by a purchase of the listing in the hour
+        tt.Aggregation("purchase_ts", "count", windows=["7d", "30d"]),
         tt.Aggregation("purchase_amount", "sum", windows=["30d"]),
     ],
 )

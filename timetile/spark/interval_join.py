@@ -17,11 +17,13 @@ alone. No job runs until the rows are read.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from timetile.api.errors import DefinitionError
-from timetile.api.interval_join import IntervalJoin
+from timetile.api.interval_join import JOINED_AT, IntervalJoin
 from timetile.api.sources import EventSource
 from timetile.core.interval_join import ConditionError, parse_condition
 from timetile.core.interval_join.condition import LEFT, RIGHT, Field
@@ -54,12 +56,34 @@ def joined_rows(spark: SparkSession, join: IntervalJoin, field: str = "source") 
                for alias, prefix in zip((LEFT, RIGHT), join.prefixes, strict=True)
                for name in inputs[alias].columns]
     on = [*keys, condition]
+    names = [prefix + name for alias, prefix in zip((LEFT, RIGHT), join.prefixes, strict=True)
+             for name in inputs[alias].columns]
+    if JOINED_AT in names:
+        raise DefinitionError.single(
+            "source", f"{field}.prefixes", f"{join.prefixes!r} name an output column "
+            f"{JOINED_AT!r}, the join's own", "choose prefixes that do not")
+    columns.append(_joined_at(join).alias(JOINED_AT))
     rows = _major(inputs, LEFT, pair, on, how="left" if join.how in ("left", "full")
                   else "inner").select(*columns)
     if join.how in ("right", "full"):
         mirrored = _major(inputs, RIGHT, pair, on, how="left")
         rows = rows.unionByName(mirrored.where(F.col(f"l.{_SEEN}").isNull()).select(*columns))
     return rows
+
+
+def _joined_at(join: IntervalJoin) -> Column:
+    """When each output row is certain, as :func:`~timetile.core.interval_join.joined_at`."""
+    def extreme(pick: Any, columns: list[Column]) -> Column:
+        return columns[0] if len(columns) == 1 else pick(*columns)
+
+    times = [F.col(f"{alias}.{name}") for alias, names in join.input_time_fields.items()
+             for name in names]
+    settled = {alias: extreme(F.least, [F.col(f"{alias}.{name}") + F.lit(c)
+                                        for (_, name), c in join.parsed.settled_after(alias)])
+               for alias in (LEFT, RIGHT)}
+    seen = {alias: F.col(f"{alias}.{_SEEN}").isNotNull() for alias in (LEFT, RIGHT)}
+    return (F.when(seen[LEFT] & seen[RIGHT], extreme(F.greatest, times))
+            .when(seen[LEFT], settled[LEFT]).otherwise(settled[RIGHT]))
 
 
 def _input(spark: SparkSession, source: object, field: str) -> DataFrame:
@@ -82,8 +106,8 @@ def _check(join: IntervalJoin, inputs: dict[str, DataFrame], field: str) -> None
         parse_condition(join.condition, join.input_time_fields,
                         {alias: frame.columns for alias, frame in inputs.items()})
     except ConditionError as error:
-        message, _, fix = str(error).partition(". Fix: ")
-        raise DefinitionError.single("source", f"{field}.condition", message, fix) from None
+        raise DefinitionError.single("source", f"{field}.condition", error.message,
+                                     error.fix) from None
     types = {alias: coarse_schema(frame) for alias, frame in inputs.items()}
     for left, right in join.key_pairs:
         found = [name in types[alias] for alias, name in ((LEFT, left), (RIGHT, right))]

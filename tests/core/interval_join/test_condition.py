@@ -30,6 +30,9 @@ def test_the_seeds_example_gives_its_two_bounds() -> None:
     ("l.t + INTERVAL 2 DAYS > r.t AND r.t > l.t", {("l.t", "r.t", 2 * DAY_MS),
                                                   ("r.t", "l.t", 0)}),
     ("(r.t - l.t) <= 5 AND l.t - 1 <= r.t", {("l.t", "r.t", 5), ("r.t", "l.t", 1)}),
+    # parentheses around a conjunct, a conjunction or a BETWEEN
+    ("(r.t BETWEEN l.t AND l.t + 5)", {("l.t", "r.t", 5), ("r.t", "l.t", 0)}),
+    ("(r.t >= l.t AND (r.t <= l.t + 5)) AND l.v > 1", {("l.t", "r.t", 5), ("r.t", "l.t", 0)}),
     # the lowest constant of one pair is kept
     ("r.t <= l.t + 9 AND r.t <= l.t + 3 AND r.t >= l.t", {("l.t", "r.t", 3),
                                                           ("r.t", "l.t", 0)}),
@@ -83,6 +86,10 @@ def test_the_whole_condition_follows_sqls_nulls() -> None:
     ("l.t = r.t AND l.v LIKE 'a%'", r"is not supported in a join condition. Fix: use"),
     ("l.t = r.t AND l.flag IS TRUE", r"'l.flag IS TRUE' is not supported"),
     ("l.t = r.t AND", "is not SQL"),
+    ("l.t = r.t AND r.t < l.t + INTERVAL 1 MONTH", r"INTERVAL '1' MONTH\" is no whole number "
+                                                  r"of milliseconds to weeks. Fix: write"),
+    ("l.t = r.t AND r.t < l.t + INTERVAL '1.5' HOURS", "is no whole number of milliseconds"),
+    ("r.t BETWEEN SYMMETRIC l.t AND l.t + 5", "has BETWEEN SYMMETRIC"),
     ("", "condition is empty"),
 ])
 def test_bad_conditions_are_refused_naming_the_clause(text: str, message: str) -> None:

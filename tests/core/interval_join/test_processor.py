@@ -26,7 +26,7 @@ from timetile.core.interval_join import (
     Watermark,
     parse_condition,
 )
-from timetile.core.interval_join.processor import OUTER_SIDES
+from timetile.core.interval_join.processor import OUTER_SIDES, joined_at
 from timetile.core.interval_join.transcript import check, read_transcript
 
 TRANSCRIPTS = sorted((Path(__file__).parent / "transcripts").glob("*.txt"))
@@ -79,13 +79,7 @@ def _stream(rng: random.Random) -> list[tuple[str, Any, ...]]:
 
 
 def _naive(steps: list[tuple[str, Any, ...]], spec: JoinSpec) -> Counter[str]:
-    received: dict[str, int] = {}
-    kept: dict[str, list[dict[str, Any]]] = {"l": [], "r": []}
-    for kind, alias, payload in steps:
-        if kind == "wm":
-            received[alias] = max(received.get(alias, payload), payload)
-        elif alias not in received or payload["t"] >= received[alias]:
-            kept[alias].append(payload)
+    kept = _kept_rows(steps)
     condition, out = spec.condition, Counter[str]()
     used: set[tuple[str, int]] = set()
     for i, left in enumerate(kept["l"]):
@@ -141,6 +135,7 @@ def test_random_streams_with_restarts_equal_the_naive_join(how: str, condition: 
 
 
 def _kept_rows(steps: list[tuple[str, Any, ...]]) -> dict[str, list[Any]]:
+    """The rows of each input that no earlier watermark of their time had passed."""
     received: dict[str, int] = {}
     kept: dict[str, list[Any]] = {"l": [], "r": []}
     for kind, alias, payload in steps:
@@ -151,13 +146,26 @@ def _kept_rows(steps: list[tuple[str, Any, ...]]) -> dict[str, list[Any]]:
     return kept
 
 
-def test_a_full_buffer_fails_with_the_fix() -> None:
-    spec = JoinSpec(parse_condition("l.t = r.t", TIMES), TIMES, max_buffered=2)
+def test_a_full_buffer_fails_with_the_fix_and_changes_nothing() -> None:
+    spec = JoinSpec(parse_condition("l.t = r.t", TIMES), TIMES, how="left", max_buffered=2)
     processor = IntervalJoinProcessor(spec)
     processor.row("l", {"t": 1})
     processor.row("l", {"t": 2})
+    before = processor.snapshot()
     with pytest.raises(BufferFullError, match=r"max_buffered.*Fix: raise max_buffered"):
-        processor.row("r", {"t": 9})
+        processor.row("r", {"t": 1})
+    assert processor.snapshot() == before
+    # the left row that would have joined is still unused: padded once it is settled
+    assert processor.watermark(("r", "t"), 5) == [Joined({"t": 1}, None), Joined({"t": 2}, None)]
+
+
+def test_each_output_row_is_timed_when_it_is_certain() -> None:
+    spec = JoinSpec(parse_condition("r.t BETWEEN l.t - 2 AND l.t + 10", TIMES), TIMES)
+    assert joined_at(spec, Joined({"t": 5}, {"t": 3})) == 5
+    assert joined_at(spec, Joined({"t": 5}, {"t": 14})) == 14
+    assert joined_at(spec, Joined({"t": 5}, None)) == 15  # no right row past 15 can match
+    assert joined_at(spec, Joined(None, {"t": 5})) == 7  # nor a left row past 7
+    assert joined_at(spec, Joined({"t": None}, None)) is None
 
 
 def test_bad_arguments_are_named() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -41,6 +42,18 @@ def test_bad_files_and_steps_are_named(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["join", "replay", str(path)])
     assert result.exit_code == 2
     assert "bad.txt:6: 'fly away' is no step" in result.stderr
+    for text, message in (("condition: l.t = r.t OR l.t = 1\nleft: t\nright: t\n",
+                           "bad.txt: the header: condition .* has an OR"),
+                          ("condition: l.t = r.t\nhow: outer\nleft: t\nright: t\n",
+                           "bad.txt: the header: how is 'outer'"),
+                          ("condition: l.t = r.t\nleft: t\nright: t\nwm l.t 1.5\n",
+                           "bad.txt:4: 'wm l.t 1.5': invalid literal"),
+                          ("condition: l.t = r.t\nleft: t\nright: t\nwm l.u 1\n",
+                           r"bad.txt:4: \('l', 'u'\) is no watermarked field")):
+        path.write_text(text)
+        result = CliRunner().invoke(app, ["join", "replay", str(path)])
+        assert result.exit_code == 2, result.output
+        assert re.search(message, result.stderr), result.stderr
     result = CliRunner().invoke(app, ["join", "replay", str(EXAMPLE), "--restart-before", "9"])
     assert result.exit_code == 2
     assert "--restart-before 9 is no step: the transcript has 8 steps" in result.stderr

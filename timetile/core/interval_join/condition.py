@@ -58,7 +58,11 @@ _SUPPORTED = ("comparisons (=, <>, <, <=, >, >=), BETWEEN, IN, IS [NOT] NULL, NO
 
 
 class ConditionError(ValueError):
-    """A condition that cannot be run; the message names the clause and the fix."""
+    """A condition that cannot be run: ``message`` names the clause, ``fix`` what to do."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(f"{message}. Fix: {fix}")
+        self.message, self.fix = message, fix
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,15 @@ class JoinCondition:
         return [(bound.later, bound.postpone) for bound in self.bounds
                 if bound.earlier == earlier]
 
+    def settled_after(self, alias: str) -> list[tuple[Field, int]]:
+        """Return the (field, c) of each bound ``field >= other - c`` on input ``alias``.
+
+        A row of ``alias`` can match no row of the other input whose ``other`` passed
+        ``row[field] + c``: it is settled, joined or not, by the least such time.
+        """
+        return [(bound.later, bound.postpone) for bound in self.bounds
+                if bound.later[0] == alias]
+
     def bounded(self, alias: str) -> list[Field]:
         """Return the fields of input ``alias`` that some bound can move rows out by."""
         return sorted({bound.later for bound in self.bounds if bound.later[0] == alias})
@@ -128,16 +141,16 @@ def parse_condition(text: str, time_fields: Mapping[str, Sequence[str]],
 
     """
     if not isinstance(text, str) or not text.strip():
-        raise ConditionError("condition is empty: write SQL over l.<column> and r.<column>, "
-                             "e.g. \"r.ts BETWEEN l.ts AND l.ts + INTERVAL 1 HOUR\"")
+        raise ConditionError("condition is empty", "write SQL over l.<column> and "
+                             "r.<column>, e.g. \"r.ts BETWEEN l.ts AND l.ts + INTERVAL 1 HOUR\"")
     try:
         tree = sqlglot.parse_one(text, read="spark")
     except sqlglot.errors.ParseError as error:
-        raise ConditionError(f"condition {text!r} is not SQL ({error.errors[0]['description']})"
-                             ": write it as a Spark SQL boolean expression") from None
+        raise ConditionError(f"condition {text!r} is not SQL ({error.errors[0]['description']})",
+                             "write it as a Spark SQL boolean expression") from None
     known = {alias: set(names) for alias, names in (columns or {}).items()}
     times = {(alias, name) for alias, names in time_fields.items() for name in names}
-    conjuncts = list(tree.flatten()) if isinstance(tree, exp.And) else [tree]
+    conjuncts = _conjuncts(tree)
     for conjunct in conjuncts:
         _refuse_unsupported(conjunct, text)
         for column in conjunct.find_all(exp.Column):
@@ -166,7 +179,7 @@ def parse_condition(text: str, time_fields: Mapping[str, Sequence[str]],
                     if missed else "")
             raise ConditionError(
                 f"condition {text!r} never bounds how long a row of the "
-                f"{'left' if alias == LEFT else 'right'} input ({alias}) waits{hint}. Fix: "
+                f"{'left' if alias == LEFT else 'right'} input ({alias}) waits{hint}",
                 f"bound a time of {alias} by one of {other}, e.g. {alias}.<time> >= "
                 f"{other}.<time> - INTERVAL 1 HOUR (time fields: "
                 f"{_listed(time_fields.get(alias))} and {_listed(time_fields.get(other))})")
@@ -190,13 +203,21 @@ def _refuse_unsupported(conjunct: exp.Expr, text: str) -> None:
         if isinstance(node, exp.Or):
             raise ConditionError(
                 f"condition {text!r} has an OR ({node.sql(dialect='spark')}): an interval "
-                "join takes a conjunction only (seed 004). Fix: join once per branch and "
+                "join takes a conjunction only (seed 004)", "join once per branch and "
                 "union the results, or move the OR into a source's where")
+        if isinstance(node, exp.Interval) and _constant_ms(node) is None:
+            raise ConditionError(
+                f"condition {text!r}: {node.sql(dialect='spark')!r} is no whole number of "
+                "milliseconds to weeks", "write INTERVAL 'n' UNIT with a whole n and a unit "
+                "of MILLISECOND, SECOND, MINUTE, HOUR, DAY or WEEK")
+        if isinstance(node, exp.Between) and node.args.get("symmetric"):
+            raise ConditionError(f"condition {text!r} has BETWEEN SYMMETRIC, an OR of two "
+                                 "ranges", "write the range low to high, as BETWEEN")
         if not isinstance(node, _NODES) or (isinstance(node, exp.Is)
                                             and not isinstance(node.expression, exp.Null)):
             raise ConditionError(
                 f"condition {text!r}: {node.sql(dialect='spark')!r} is not supported in a "
-                f"join condition. Fix: use {_SUPPORTED}")
+                "join condition", f"use {_SUPPORTED}")
 
 
 def _check_column(column: exp.Column, conjunct: exp.Expr,
@@ -204,11 +225,11 @@ def _check_column(column: exp.Column, conjunct: exp.Expr,
     if column.table not in (LEFT, RIGHT):
         raise ConditionError(
             f"{conjunct.sql(dialect='spark')!r}: {column.sql(dialect='spark')!r} names no "
-            f"input. Fix: prefix each column with l. (the left input) or r. (the right)")
+            "input", "prefix each column with l. (the left input) or r. (the right)")
     if checked and column.name not in known.get(column.table, ()):
         raise ConditionError(
             f"{conjunct.sql(dialect='spark')!r}: {column.table} has no column "
-            f"{column.name!r}. Fix: use one of {sorted(known.get(column.table, ()))}")
+            f"{column.name!r}", f"use one of {sorted(known.get(column.table, ()))}")
 
 
 #: A linear form: field → coefficient, and a constant in milliseconds.
@@ -249,6 +270,20 @@ def _constant_ms(node: exp.Expr) -> int | None:
         if unit in _UNIT_MS and amount is not None and amount.strip().lstrip("-").isdigit():
             return int(amount) * _UNIT_MS[unit]
     return None
+
+
+def _unwrapped(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _conjuncts(tree: exp.Expr) -> list[exp.Expr]:
+    """Return the ANDed parts of a condition, looking inside parentheses."""
+    node = _unwrapped(tree)
+    if not isinstance(node, exp.And):
+        return [node]
+    return [part for side in (node.this, node.expression) for part in _conjuncts(side)]
 
 
 def _halves(conjunct: exp.Expr) -> list[exp.Expr]:

@@ -121,6 +121,33 @@ class _State:
     buffers: dict[str, dict[tuple[Any, ...], list[_Entry]]] = field(
         default_factory=lambda: {LEFT: {}, RIGHT: {}})
     counts: Counts = field(default_factory=Counts)
+    size: int = 0  # rows in both buffers
+
+
+def joined_at(spec: JoinSpec, output: Joined) -> int | None:
+    """Return when an output row is certain, its time as a feature source (no leak).
+
+    A joined row is certain once both its rows exist: at the latest of their times. A
+    null-padded row once no row of the other input can still match it: at the least
+    ``row[field] + c`` over its input's bounds (:meth:`JoinCondition.settled_after`). None
+    when the times it needs are null.
+
+    >>> from timetile.core.interval_join.condition import parse_condition
+    >>> times = {"l": ["t"], "r": ["t"]}
+    >>> spec = JoinSpec(parse_condition("r.t BETWEEN l.t AND l.t + 60", times), times)
+    >>> joined_at(spec, Joined({"t": 0}, {"t": 40})), joined_at(spec, Joined({"t": 0}, None))
+    (40, 60)
+    """
+    if output.left is not None and output.right is not None:
+        times = [row.get(name) for alias, row in ((LEFT, output.left), (RIGHT, output.right))
+                 for name in spec.time_fields[alias]]
+        present = [time for time in times if time is not None]
+        return max(present) if present else None
+    alias, row = (LEFT, output.left) if output.left is not None else (RIGHT, output.right)
+    assert row is not None
+    settled = [row[field[1]] + c for field, c in spec.condition.settled_after(alias)
+               if row.get(field[1]) is not None]
+    return min(settled) if settled else None
 
 
 class IntervalJoinProcessor:
@@ -155,24 +182,28 @@ class IntervalJoinProcessor:
     @property
     def buffered(self) -> int:
         """How many rows both buffers hold."""
-        return sum(len(entries) for buffer in self._state.buffers.values()
-                   for entries in buffer.values())
+        return self._state.size
 
     def row(self, alias: str, row: Row) -> list[Output]:
         """Take a row of input ``alias`` (``l`` or ``r``); return what it lets out."""
         if alias not in (LEFT, RIGHT):
             raise ValueError(f"alias is {alias!r}: use 'l' (left) or 'r' (right)")
         state = self._state
-        state.counts.rows += 1
         received = state.received
-        if any(row.get(name) is not None and (alias, name) in received
-               and row[name] < received[(alias, name)] for name in self.spec.time_fields[alias]):
+        late = any(row.get(name) is not None and (alias, name) in received
+                   and row[name] < received[(alias, name)]
+                   for name in self.spec.time_fields[alias])
+        key = self._key(alias, row)
+        kept = not late and key is not None and self.spec.condition.keeps(alias, row)
+        if kept and self._waits(alias, row):
+            self._check_room()  # before any change: a full buffer leaves the state as it was
+        state.counts.rows += 1
+        if late:
             state.counts.late += 1
             return []
         entry = _Entry(row)
-        key = self._key(alias, row)
         out: list[Output] = []
-        if key is not None and self.spec.condition.keeps(alias, row):
+        if kept and key is not None:
             other = RIGHT if alias == LEFT else LEFT
             for buffered in state.buffers[other].get(key, ()):
                 pair = (row, buffered.row) if alias == LEFT else (buffered.row, row)
@@ -240,8 +271,10 @@ class IntervalJoinProcessor:
         for alias, entries in saved["buffers"].items():
             for row, used in entries:
                 key = processor._key(alias, row)
-                assert key is not None  # only rows with keys are buffered
-                state.buffers[alias].setdefault(key, []).append(_Entry(row, used))
+                if key is None:
+                    raise ValueError(f"snapshot buffers a row of {alias} without its keys "
+                                     f"({row!r}): restart the join from its inputs")
+                processor._buffer(alias, key, _Entry(row, used))
         state.counts = Counts(**saved["counts"])
         return processor
 
@@ -261,14 +294,17 @@ class IntervalJoinProcessor:
     def _waits(self, alias: str, row: Row) -> bool:
         return not self._below_limit(alias, row)
 
-    def _buffer(self, alias: str, key: tuple[Any, ...], entry: _Entry) -> None:
+    def _check_room(self) -> None:
         limit = self.spec.max_buffered
-        if limit is not None and self.buffered >= limit:
+        if limit is not None and self._state.size >= limit:
             raise BufferFullError(
                 f"the interval join buffers {limit:,} rows, its max_buffered: watermarks lag "
                 "too far behind the rows, or the time bounds are wide for this traffic. Fix: "
                 "raise max_buffered, narrow the bounds, or send watermarks more often")
+
+    def _buffer(self, alias: str, key: tuple[Any, ...], entry: _Entry) -> None:
         self._state.buffers[alias].setdefault(key, []).append(entry)
+        self._state.size += 1
 
     def _evict(self, alias: str) -> list[Output]:
         out: list[Output] = []
@@ -278,7 +314,9 @@ class IntervalJoinProcessor:
             for entry in buffer[key]:
                 if not self._below_limit(alias, entry.row):
                     kept.append(entry)
-                elif not entry.used and alias in self._outer:
+                    continue
+                self._state.size -= 1
+                if not entry.used and alias in self._outer:
                     out.append(self._padded(alias, entry.row))
             if kept:
                 buffer[key] = kept

@@ -35,6 +35,7 @@ from typing import Any
 
 from timetile.core.interval_join.condition import LEFT, RIGHT, parse_condition
 from timetile.core.interval_join.processor import (
+    BufferFullError,
     IntervalJoinProcessor,
     Joined,
     JoinSpec,
@@ -95,11 +96,22 @@ def read_transcript(path: str | Path) -> Transcript:
                 raise TranscriptError(f"{where}: an output line follows no input line. Fix: "
                                       "put it after the row or watermark that lets it out")
             last = steps[-1]
-            steps[-1] = Step(**{**vars(last), "expected": (*last.expected,
-                                                          _output(text[1:], where))})
+            try:
+                output = _output(text[1:], where)
+            except ValueError as error:
+                raise TranscriptError(f"{where}: {text!r}: {error}") from None
+            steps[-1] = Step(**{**vars(last), "expected": (*last.expected, output)})
         else:
-            steps.append(Step(**{**vars(_input(text, number, where)), "text": text}))
-    return Transcript(name, _spec(header, name), tuple(steps))
+            try:
+                step = _input(text, number, where)
+            except ValueError as error:  # a number that is none
+                raise TranscriptError(f"{where}: {text!r}: {error}") from None
+            steps.append(Step(**{**vars(step), "text": text}))
+    try:
+        spec = _spec(header, name)
+    except ValueError as error:  # the condition, the kind or the cap (ConditionError too)
+        raise TranscriptError(f"{name}: the header: {error}") from None
+    return Transcript(name, spec, tuple(steps))
 
 
 def _uncommented(line: str) -> str:
@@ -182,6 +194,11 @@ def replay(transcript: Transcript, restarts: Iterable[int] = ()) -> list[list[Ou
 
     ``restarts`` names more step indexes (0-based) before which the processor is snapshotted
     and restored, as the transcript's own ``restart`` lines are.
+
+    Raises:
+        TranscriptError: a step the processor refuses (a field of no input, a full buffer).
+        AssertionError: a ``=`` counts line that does not hold.
+
     """
     extra = set(restarts)
     processor = IntervalJoinProcessor(transcript.spec)
@@ -189,14 +206,18 @@ def replay(transcript: Transcript, restarts: Iterable[int] = ()) -> list[list[Ou
     for index, step in enumerate(transcript.steps):
         if index in extra or step.kind == "restart":
             processor = IntervalJoinProcessor.restore(transcript.spec, processor.snapshot())
-        if step.kind == "row":
-            produced.append(processor.row(step.alias, step.row))
-        elif step.kind == "watermark":
-            produced.append(processor.watermark(step.time_field, step.value))
-        else:
-            produced.append([])
-            if step.kind == "counts":
-                _check_counts(transcript, step, processor)
+        try:
+            if step.kind == "row":
+                produced.append(processor.row(step.alias, step.row))
+            elif step.kind == "watermark":
+                produced.append(processor.watermark(step.time_field, step.value))
+        except (ValueError, BufferFullError) as error:  # a field of no input, a full buffer
+            raise TranscriptError(f"{transcript.path}:{step.line}: {error}") from None
+        if step.kind in ("row", "watermark"):
+            continue
+        produced.append([])
+        if step.kind == "counts":
+            _check_counts(transcript, step, processor)
     return produced
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from timetile.api.interval_join import is_interval_join
 from timetile.api.windows import window_spec
 from timetile.core.aggregators import Aggregator
 from timetile.core.tiling import choose_hop
@@ -149,6 +150,9 @@ def partials_problem(plan: PartPlan) -> str | None:
     day. No job runs.
     """
     name = plan.part.group_by.name
+    if is_interval_join(getattr(plan.part.group_by.source, "table", None)):
+        return (f"GroupBy {name!r} reads an interval join, whose rows of a day depend on the "
+                "other input's later rows: stored partials of it are not supported yet")
     layout = TiledLayout.of(plan)
     if layout.hop_problem is not None:
         return f"GroupBy {name!r}: {layout.hop_problem}"
