@@ -247,3 +247,19 @@ def test_a_stream_of_a_join_is_refused_until_it_is_built(spark: SparkSession,
                                                  r"'j', and the streaming interval join is not"):
         stream_group_by(group_by, spark, f"dir:{tmp_path}", f"lmdb://{tmp_path / 's'}",
                         str(tmp_path / "checkpoint"))
+
+
+def test_stored_partials_of_a_join_are_refused_before_any_job(
+        spark: SparkSession, orders_and_deliveries: tuple[Any, Any, pa.Table],
+        tmp_path: Path) -> None:
+    orders, deliveries, _ = orders_and_deliveries
+    join = tt.IntervalJoin("delivered", tt.EventSource(orders, time_column="order_time"),
+                           tt.EventSource(deliveries, time_column="delivery_time"),
+                           on=["order_id"], condition="l.order_time = r.delivery_time")
+    group_by = tt.GroupBy("delivered", join, ["l_order_id"],
+                          [tt.Aggregation("r_fee", "sum", windows=["1d"])])
+    queries = spark.createDataFrame([(1, 0)], "l_order_id bigint, ts bigint")
+    with pytest.raises(ValueError, match="reads an interval join, whose rows of a day depend "
+                                         "on the other input's later rows"):
+        tt.backfill(tt.Join("j", tt.EventSource(queries), [group_by]), spark,
+                    executor="tiled", partials_path=str(tmp_path / "partials"))

@@ -436,8 +436,8 @@ def _check_partials(plan: BackfillPlan) -> None:
     refusal = partials_refusal(plan)
     if refusal is not None:
         raise ValueError(f"partials_path cannot serve Join {plan.join.name!r}: "
-                         f"{refusal}. Fix: backfill without partials_path, or "
-                         "give that GroupBy's windows a hop that divides a day, e.g. "
+                         f"{refusal}. Fix: backfill without partials_path, or, for a "
+                         "hop that does not divide a day, give that GroupBy's windows one, e.g. "
                          "tt.Window('7d', hop='1h'), and no 1 ms sliding window (the hop a "
                          "sliding window gets by default divides its length, not always a "
                          "day)")
