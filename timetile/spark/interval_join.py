@@ -52,17 +52,16 @@ def joined_rows(spark: SparkSession, join: IntervalJoin, field: str = "source") 
     condition = F.expr(join.parsed.sql)
     keys = [F.col(f"l.{left}") == F.col(f"r.{right}") for left, right in join.key_pairs]
     pair = _bucketed_pair(join)
-    columns = [F.col(f"{alias}.{name}").alias(prefix + name)
+    renamed = {f"{alias}.{name}": prefix + name
                for alias, prefix in zip((LEFT, RIGHT), join.prefixes, strict=True)
-               for name in inputs[alias].columns]
-    on = [*keys, condition]
-    names = [prefix + name for alias, prefix in zip((LEFT, RIGHT), join.prefixes, strict=True)
-             for name in inputs[alias].columns]
-    if JOINED_AT in names:
+               for name in inputs[alias].columns}
+    if JOINED_AT in renamed.values():
         raise DefinitionError.single(
             "source", f"{field}.prefixes", f"{join.prefixes!r} name an output column "
             f"{JOINED_AT!r}, the join's own", "choose prefixes that do not")
-    columns.append(_joined_at(join).alias(JOINED_AT))
+    columns = [*(F.col(column).alias(name) for column, name in renamed.items()),
+               _joined_at(join).alias(JOINED_AT)]
+    on = [*keys, condition]
     rows = _major(inputs, LEFT, pair, on, how="left" if join.how in ("left", "full")
                   else "inner").select(*columns)
     if join.how in ("right", "full"):
