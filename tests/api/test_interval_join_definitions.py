@@ -22,7 +22,8 @@ def join(**change: Any) -> tt.IntervalJoin:
 def test_a_join_is_a_source_with_prefixed_times() -> None:
     assert join().time_column == "joined_at"  # when each row is certain: no leak
     delivered = join(time_column="r_delivery_time", on=[("id", "order_id")])
-    assert delivered.key_pairs == (("id", "order_id"),)
+    assert delivered.key_pairs == delivered.on == (("id", "order_id"),)
+    assert hash(delivered) == hash(join(time_column="r_delivery_time", on=[("id", "order_id")]))
     group_by = tt.GroupBy("deliveries", delivered, ["l_id"],
                           [tt.Aggregation("r_fee", "sum", windows=["1d"])])
     assert group_by.source == tt.EventSource(delivered, time_column="r_delivery_time")

@@ -76,6 +76,7 @@ class IntervalJoin:
         for side in ("left", "right"):
             _check_input(subject, side, getattr(self, side))
         object.__setattr__(self, "key_pairs", _pairs(subject, self.on))
+        object.__setattr__(self, "on", self.key_pairs)  # a tuple: the join hashes, as sources do
         if self.how not in OUTER_SIDES:
             raise DefinitionError.single(subject, "how", f"{self.how!r} is no join kind",
                                          f"use one of {', '.join(OUTER_SIDES)}")
