@@ -27,13 +27,7 @@ from timetile.api.interval_join import JOINED_AT, IntervalJoin
 from timetile.api.sources import EventSource
 from timetile.core.interval_join import ConditionError, parse_condition
 from timetile.core.interval_join.condition import LEFT, RIGHT, Field
-from timetile.spark.sources import (
-    check_time_column,
-    coarse_schema,
-    project,
-    read_table,
-    time_millis,
-)
+from timetile.spark.sources import TIME, coarse_schema, load
 
 _BUCKET, _SEEN = "_tt_bucket", "_tt_seen"
 
@@ -90,14 +84,13 @@ def _input(spark: SparkSession, source: object, field: str) -> DataFrame:
     if isinstance(source, IntervalJoin):
         return joined_rows(spark, source, field)
     assert isinstance(source, EventSource)
-    frame = project(read_table(spark, source.table), source, field)
+    frame = load(spark, source, source.table, field)  # its time in milliseconds as TIME
     column = source.time_column
     if column not in frame.columns:
         raise DefinitionError.single(
             "source", f"{field}.time_column", f"{column!r} is no column of {source.label}",
-            f"name one of {', '.join(frame.columns)}")
-    check_time_column(spark, frame, column, f"{field}.time_column")
-    return frame.withColumn(column, time_millis(column, frame.schema[column].dataType))
+            f"name one of {', '.join(c for c in frame.columns if c != TIME)}")
+    return frame.withColumn(column, F.col(TIME)).drop(TIME)
 
 
 def _check(join: IntervalJoin, inputs: dict[str, DataFrame], field: str) -> None:
