@@ -42,18 +42,13 @@ def joined_rows(spark: SparkSession, join: IntervalJoin, field: str = "source") 
     """
     inputs = {LEFT: _input(spark, join.left, f"{field}.left"),
               RIGHT: _input(spark, join.right, f"{field}.right")}
-    _check(join, inputs, field)
+    check_inputs(join, inputs, field)
     condition = F.expr(join.parsed.sql)
     keys = [F.col(f"l.{left}") == F.col(f"r.{right}") for left, right in join.key_pairs]
     pair = _bucketed_pair(join)
-    renamed = {f"{alias}.{name}": prefix + name
-               for alias, prefix in zip((LEFT, RIGHT), join.prefixes, strict=True)
-               for name in inputs[alias].columns}
-    if JOINED_AT in renamed.values():
-        raise DefinitionError.single(
-            "source", f"{field}.prefixes", f"{join.prefixes!r} name an output column "
-            f"{JOINED_AT!r}, the join's own", "choose prefixes that do not")
-    columns = [*(F.col(column).alias(name) for column, name in renamed.items()),
+    columns = [*(F.col(f"{alias}.{name}").alias(renamed)
+                 for alias, names in output_names(join, inputs, field).items()
+                 for name, renamed in names.items()),
                _joined_at(join).alias(JOINED_AT)]
     on = [*keys, condition]
     rows = _major(inputs, LEFT, pair, on, how="left" if join.how in ("left", "full")
@@ -79,12 +74,38 @@ def _joined_at(join: IntervalJoin) -> Column:
             .when(seen[LEFT], settled[LEFT]).otherwise(settled[RIGHT]))
 
 
+def output_names(join: IntervalJoin, inputs: dict[str, DataFrame],
+                 field: str) -> dict[str, dict[str, str]]:
+    """Per alias, each input column's output name: its input's prefix, then its name.
+
+    Raises:
+        DefinitionError: naming ``{field}.prefixes`` when an output name is ``joined_at``.
+
+    """
+    names = {alias: {name: prefix + name for name in inputs[alias].columns}
+             for alias, prefix in zip((LEFT, RIGHT), join.prefixes, strict=True)}
+    if any(JOINED_AT in renamed.values() for renamed in names.values()):
+        raise DefinitionError.single(
+            "source", f"{field}.prefixes", f"{join.prefixes!r} name an output column "
+            f"{JOINED_AT!r}, the join's own", "choose prefixes that do not")
+    return names
+
+
 def _input(spark: SparkSession, source: object, field: str) -> DataFrame:
     """Return an input's rows, each time column as epoch milliseconds under its own name."""
     if isinstance(source, IntervalJoin):
         return joined_rows(spark, source, field)
     assert isinstance(source, EventSource)
-    frame = load(spark, source, source.table, field)  # its time in milliseconds as TIME
+    return timed_input(load(spark, source, source.table, field), source, field)
+
+
+def timed_input(frame: DataFrame, source: EventSource, field: str) -> DataFrame:
+    """Return a loaded input (its time as :data:`TIME`) with the time under its own name.
+
+    Raises:
+        DefinitionError: naming ``{field}.time_column`` when the input has no such column.
+
+    """
     column = source.time_column
     if column not in frame.columns:
         raise DefinitionError.single(
@@ -93,7 +114,8 @@ def _input(spark: SparkSession, source: object, field: str) -> DataFrame:
     return frame.withColumn(column, F.col(TIME)).drop(TIME)
 
 
-def _check(join: IntervalJoin, inputs: dict[str, DataFrame], field: str) -> None:
+def check_inputs(join: IntervalJoin, inputs: dict[str, DataFrame], field: str) -> None:
+    """Refuse a condition or keys the inputs' columns do not fit, naming ``{field}``."""
     try:
         parse_condition(join.condition, join.input_time_fields,
                         {alias: frame.columns for alias, frame in inputs.items()})

@@ -306,7 +306,18 @@ def load(spark: SparkSession, source: EventSource | EntitySource, table: object,
 
     ``field`` names the source in errors (``left``, ``parts[1].source``).
     """
-    frame = project(read_table(spark, table), source, field)
+    return with_time(spark, project(read_table(spark, table), source, field), source, field)
+
+
+def with_time(spark: SparkSession, frame: DataFrame, source: EventSource | EntitySource,
+              field: str = "source") -> DataFrame:
+    """Return a projected ``frame`` of ``source`` (batch or streaming) with :data:`TIME`.
+
+    Raises:
+        DefinitionError: naming ``{field}.time_column`` (or ``known_at``) when it is no
+            time timetile reads exactly (:func:`check_time_column`).
+
+    """
     column = source.time_column
     check_time_column(spark, frame, column, f"{field}.time_column")
     if isinstance(source, EventSource):

@@ -52,7 +52,7 @@ from timetile.api.group_by import GroupBy
 from timetile.api.interval_join import IntervalJoin
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EntitySource, EventSource
-from timetile.core.timeutil import ms_to_iso, parse_duration
+from timetile.core.timeutil import ms_to_iso
 from timetile.core.windows import MAX_TIME
 from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
 from timetile.spark.sorted_groups import sorted_by_groups, whole_groups
@@ -70,7 +70,7 @@ from timetile.store.kv import KVStore, absolute_uri, open_store, redacted_uri
 from timetile.store.layout import GroupByMeta, feature_signature
 from timetile.store.tiles import StreamWriter, TileWriter, read_meta
 from timetile.streaming.file_source import CORRUPT
-from timetile.streaming.sources import StreamSource, parse_source
+from timetile.streaming.sources import StreamSource, lateness_ms, parse_source
 from timetile.streaming.state import (
     StreamCounts,
     StreamOwnershipError,
@@ -286,23 +286,6 @@ def stream_totals(store: KVStore, group_by: str) -> StreamCounts | None:
     """
     state = read_state(store, group_by)
     return None if state is None else state.totals
-
-
-def lateness_ms(lateness: str | int) -> int:
-    """Parse an allowed lateness: a duration (``"90m"``, ``"1h"``) or milliseconds (0 or more).
-
-    ``"0"`` (or ``"0s"``, any unit) is no lateness, as 0 is.
-
-    >>> lateness_ms("1h"), lateness_ms(0), lateness_ms("0")
-    (3600000, 0, 0)
-    """
-    if isinstance(lateness, bool):
-        raise ValueError(f"lateness {lateness!r} is not a duration")
-    if isinstance(lateness, int):
-        if lateness < 0:
-            raise ValueError(f"lateness {lateness} ms is negative: use 0 or more")
-        return lateness
-    return parse_duration(lateness, allow_zero=True)
 
 
 def _schema(spark: SparkSession, group_by: GroupBy,

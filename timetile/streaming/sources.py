@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from timetile.core.timeutil import parse_duration
 from timetile.store.kv import redacted_uri
 from timetile.streaming.file_source import FileSource
 
@@ -107,3 +108,20 @@ def _count(uri: str, value: str | None) -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"stream source {redacted_uri(uri)!r}: {value!r} is not a positive count")
     return int(value)
+
+
+def lateness_ms(lateness: str | int) -> int:
+    """Parse an allowed lateness: a duration (``"90m"``, ``"1h"``) or milliseconds (0 or more).
+
+    ``"0"`` (or ``"0s"``, any unit) is no lateness, as 0 is.
+
+    >>> lateness_ms("1h"), lateness_ms(0), lateness_ms("0")
+    (3600000, 0, 0)
+    """
+    if isinstance(lateness, bool):
+        raise ValueError(f"lateness {lateness!r} is not a duration")
+    if isinstance(lateness, int):
+        if lateness < 0:
+            raise ValueError(f"lateness {lateness} ms is negative: use 0 or more")
+        return lateness
+    return parse_duration(lateness, allow_zero=True)

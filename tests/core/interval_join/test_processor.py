@@ -179,3 +179,25 @@ def test_bad_arguments_are_named() -> None:
         processor.watermark(("l", "u"), 1)
     with pytest.raises(ValueError, match="snapshot version"):
         IntervalJoinProcessor.restore(processor.spec, {"version": 0})
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_next_eviction_is_the_least_watermark_that_moves_a_buffered_row_out(seed: int) -> None:
+    rng = random.Random(seed)
+    times = {"l": ["t"], "r": ["t"]}
+    condition = parse_condition(rng.choice(["r.t BETWEEN l.t AND l.t + 10",
+                                            "r.t BETWEEN l.t - 3 AND l.t + 7",
+                                            "l.t >= r.t - 5 AND r.t >= l.t - 2"]), times)
+    spec = JoinSpec(condition, times, [("k", "k")], "full")
+    join = IntervalJoinProcessor(spec)
+    for _ in range(12):
+        join.row(rng.choice("lr"), {"k": rng.randrange(3), "t": rng.randrange(40)})
+    due = join.next_eviction()
+    assert due is not None
+    before = IntervalJoinProcessor.restore(spec, join.snapshot())
+    for time_field in spec.fields:
+        before.watermark(time_field, due - 1)
+    assert before.buffered == join.buffered  # one less moves nothing out
+    for time_field in spec.fields:
+        join.watermark(time_field, due)
+    assert join.buffered < before.buffered
