@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 from timetile.store.layout import STREAM_RESET, STREAM_TABLE
 from timetile.store.lmdb_store import LmdbStore
 from timetile.streaming.file_source import FileSource
-from timetile.streaming.job import lateness_ms
 from timetile.streaming.redis_source import RedisStreamSource
-from timetile.streaming.sources import parse_source
+from timetile.streaming.sources import lateness_ms, parse_source
 from timetile.streaming.state import (
     RESET,
     StreamCounts,

@@ -84,8 +84,8 @@ def stream(
         from pyspark.errors import StreamingQueryException  # noqa: PLC0415  (Spark job)
 
         from timetile.streaming.file_source import FileSource  # noqa: PLC0415
-        from timetile.streaming.job import lateness_ms, stream_group_by  # noqa: PLC0415
-        from timetile.streaming.sources import parse_source  # noqa: PLC0415
+        from timetile.streaming.job import stream_group_by  # noqa: PLC0415
+        from timetile.streaming.sources import lateness_ms, parse_source  # noqa: PLC0415
 
         found = {part.name: (field, part) for field, part in
                  group_bys_of(defs, list(load_joins(defs).values()))}
