@@ -27,6 +27,7 @@ from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
 from timetile.spark.interval_join import joined_rows
 from timetile.store.kv import open_store
+from timetile.streaming.file_source import land_json_lines
 from timetile.streaming.job import stream_group_by
 from timetile.testing import naive_backfill, random_events, random_queries, same_value, to_spark
 
@@ -236,17 +237,44 @@ def test_an_upload_of_a_join_serves_what_the_backfill_computes(
     assert sum(expected[key]["delivered_r_fee_count"] for key in keys) > 10
 
 
-def test_a_stream_of_a_join_is_refused_until_it_is_built(spark: SparkSession,
-                                                         tmp_path: Path) -> None:
-    frame = spark.createDataFrame([(1, 0)], "id bigint, t bigint")
-    join = tt.IntervalJoin("j", tt.EventSource(frame, time_column="t"),
-                           tt.EventSource(frame, time_column="t"), on=["id"],
-                           condition="l.t = r.t")
-    group_by = tt.GroupBy("g", join, ["l_id"], [tt.Aggregation("r_t", "count")])
-    with pytest.raises(tt.DefinitionError, match=r"group_by\.source: reads interval join "
-                                                 r"'j', and the streaming interval join is not"):
-        stream_group_by(group_by, spark, f"dir:{tmp_path}", f"lmdb://{tmp_path / 's'}",
-                        str(tmp_path / "checkpoint"))
+def test_a_stream_of_a_join_serves_what_the_backfill_computes(
+        spark: SparkSession, orders_and_deliveries: tuple[Any, Any, pa.Table],
+        tmp_path: Path) -> None:
+    orders, deliveries, _ = orders_and_deliveries
+    delivered = tt.GroupBy(
+        "delivered", tt.IntervalJoin(
+            "delivered", tt.EventSource(orders, time_column="order_time"),
+            tt.EventSource(deliveries, time_column="delivery_time"), on=["order_id"],
+            condition="r.delivery_time BETWEEN l.order_time AND l.order_time + INTERVAL 6 HOURS",
+            how="left"), ["l_order_id"],
+        [tt.Aggregation("r_fee", "sum", windows=["1h", "1d"]), tt.Aggregation("r_fee", "count"),
+         tt.Aggregation("l_amount", "last_k", k=3)])
+    # day 1 uploaded; both inputs streamed whole, in time order, twelve files each: the
+    # stream writes the joined rows after the upload's day end, settled ones by the watermark
+    store_uri = f"lmdb://{tmp_path / 'store'}"
+    upload(delivered, spark, "2024-01-01", store_uri)
+    sources = {}
+    for side, frame, column in (("left", orders, "order_time"),
+                                ("right", deliveries, "delivery_time")):
+        rows = sorted((row.asDict() for row in frame.collect()),
+                      key=lambda row, c=column: (row[c] is None, row[c] or 0))
+        land_json_lines(tmp_path / side, rows, 12)
+        sources[side] = f"dir:{tmp_path / side}?maxFilesPerTrigger=1"
+    stream = stream_group_by(delivered, spark, sources, store_uri, str(tmp_path / "checkpoint"),
+                             lateness="4h", until_idle=True)
+    stream.await_termination()
+    assert stream.totals.written > 50
+    assert stream.totals.behind_watermark == 0, stream.totals
+    at = date_to_ms("2024-01-02") + 14 * HOUR_MS  # well behind the last watermark
+    keys = list(range(1, 21))
+    queries = spark.createDataFrame([(key, at) for key in keys], "l_order_id bigint, ts bigint")
+    join = tt.Join("served", tt.EventSource(queries), [delivered])
+    expected = {row["l_order_id"]: row.asDict() for row in tt.backfill(join, spark).collect()}
+    with open_store(store_uri) as store:
+        results = Fetcher(join, store).fetch([{"l_order_id": key} for key in keys], at=at)
+    for key, result in zip(keys, results, strict=True):
+        for name, value in result.features.items():
+            assert same_value(value, expected[key][name]), (key, name, value)
 
 
 def test_stored_partials_of_a_join_are_refused_before_any_job(

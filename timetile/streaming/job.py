@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -70,6 +70,7 @@ from timetile.store.kv import KVStore, absolute_uri, open_store, redacted_uri
 from timetile.store.layout import GroupByMeta, feature_signature
 from timetile.store.tiles import StreamWriter, TileWriter, read_meta
 from timetile.streaming.file_source import CORRUPT
+from timetile.streaming.interval_join import JOINED, KIND, joined_stream, start_with_state_store
 from timetile.streaming.sources import StreamSource, lateness_ms, parse_source
 from timetile.streaming.state import (
     StreamCounts,
@@ -334,12 +335,14 @@ MAX_INSTANT_MS = MAX_TIME // 1000
 
 
 def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: GroupByMeta,
-                 *, lateness_ms: int = 0, field: str = "group_by") -> DataFrame:
+                 *, lateness_ms: int = 0, field: str = "group_by",
+                 watermark: bool = True) -> DataFrame:
     """Return raw source rows as a micro-batch of :meth:`TileStream.write_batch` takes them.
 
     Applies the source's ``where`` and ``select`` and parses the times as the batch side
     does (:mod:`timetile.spark.sources`), adds :data:`~timetile.spark.sources.TIME` and
-    declares Spark's watermark on it; keeps the columns :func:`stream_writer` reads. For an
+    declares Spark's watermark on it (unless ``watermark`` is False: rows of a streaming
+    join, whose query has its own); keeps the columns :func:`stream_writer` reads. For an
     entity source the rows are mutations (:func:`timetile.spark.entities.mutation_rows`):
     ``TIME`` is the mutation time, the row's own time is :data:`ROW_TIME`. Works on a
     streaming or a static ``raw`` (on a static one the watermark does nothing). No job runs.
@@ -391,9 +394,10 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
     # far in the future or past is written or counted like any other instead of failing
     # every replay of its micro-batch.
     instant = F.least(F.greatest(F.col(TIME), F.lit(-MAX_INSTANT_MS)), F.lit(MAX_INSTANT_MS))
-    return (frame.withColumn(EVENT_TS, F.timestamp_millis(instant))
-            .withWatermark(EVENT_TS, f"{lateness_ms} milliseconds")
-            .select(*stream_writer(group_by, meta).columns))
+    frame = frame.withColumn(EVENT_TS, F.timestamp_millis(instant))
+    if watermark:
+        frame = frame.withWatermark(EVENT_TS, f"{lateness_ms} milliseconds")
+    return frame.select(*stream_writer(group_by, meta).columns)
 
 
 def _nulled_where_malformed(frame: DataFrame) -> DataFrame:
@@ -411,7 +415,7 @@ def _nulled_where_malformed(frame: DataFrame) -> DataFrame:
 def stream_group_by(
     group_by: GroupBy,
     spark: SparkSession,
-    source: StreamSource | str,
+    source: StreamSource | str | Mapping[str, StreamSource | str],
     store_uri: str,
     checkpoint: str,
     *,
@@ -437,12 +441,18 @@ def stream_group_by(
         spark: the session the query runs in.
         source: a stream source, or its URI (see
             :func:`~timetile.streaming.sources.parse_source`): ``dir:PATH?format=json`` or
-            ``redis://host:port/db?stream=KEY``.
+            ``redis://host:port/db?stream=KEY``. For a GroupBy of an IntervalJoin, one per
+            input: ``{"left": ..., "right": ...}`` (:mod:`timetile.streaming.interval_join`).
         store_uri: the store (see :func:`~timetile.store.kv.open_store`); the executors
             open it too, so on a cluster it must be reachable from them (Redis).
         checkpoint: Spark's checkpoint directory. Restart with the same one to carry on; one
             checkpoint owns a GroupBy's tiles in a store (a second one is refused).
-        lateness: the allowed lateness of the watermark: a duration or milliseconds.
+        lateness: the allowed lateness of the watermark: a duration or milliseconds. For a
+            GroupBy of an IntervalJoin it is the join inputs' lateness; the tiles' watermark
+            trails it by the join's widest time bound, as far as a joined row may. A
+            null-padded row comes out once the join's watermark settles it, so a micro-batch
+            spanning more event time than the lateness can put one behind the tiles'
+            watermark: it is counted there, and the next upload adds it.
         trigger_seconds: the micro-batch interval.
         until_idle: process what the source holds now, in as many micro-batches as its
             limits make, then stop (``Trigger.AvailableNow``): for catch-up runs and tests.
@@ -463,40 +473,70 @@ def stream_group_by(
         LookupError: the GroupBy has no upload in the store.
 
     """
-    if isinstance(group_by.source, EventSource) and isinstance(group_by.source.table,
-                                                               IntervalJoin):
-        raise DefinitionError.single(
-            f"GroupBy {group_by.name!r}", f"{field}.source", f"reads "
-            f"{group_by.source.table.label}, and the streaming interval join is not built yet",
-            "serve this GroupBy from its daily uploads (timetile upload) for now")
     if isinstance(group_by.source, EntitySource) and group_by.source.mutation_table is None:
         raise DefinitionError.single(
             f"GroupBy {group_by.name!r}", f"{field}.source.mutation_table", "is not set, so "
             "the backfill sees no mutation and a stream of them would serve other values",
             "name the table the change stream lands in as the source's mutation_table")
-    if isinstance(source, str):
-        source = parse_source(source)
+    join = group_by.source.table if isinstance(group_by.source, EventSource) else None
+    if not isinstance(join, IntervalJoin) and isinstance(source, Mapping):
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", f"{field}.source", "reads one stream, and several "
+            "stream sources were given", "give one stream source (or its URI)")
     allowed = lateness_ms(lateness)
     store_uri = absolute_uri(store_uri)  # the executors' folder may not be the driver's
     with open_store(store_uri) as store:
         meta = read_meta(store, group_by)  # fail before Spark starts anything
-    raw = source.read_stream(spark, _schema(spark, group_by, schema))
+    if isinstance(join, IntervalJoin):
+        raw, described = _joined(spark, group_by, join, source, allowed=allowed, field=field)
+    else:
+        assert not isinstance(source, Mapping)  # refused above
+        stream = parse_source(source) if isinstance(source, str) else source
+        raw, described = stream.read_stream(spark, _schema(spark, group_by, schema)), \
+            stream.describe()
     try:
-        frame = events_frame(group_by, spark, raw, meta, lateness_ms=allowed, field=field)
+        frame = events_frame(group_by, spark, raw, meta, lateness_ms=allowed, field=field,
+                             watermark=not isinstance(join, IntervalJoin))
     except DefinitionError as error:
         if schema is None:
             raise
         # the rows come from the stream: a column the source lacks is the schema's
         raise DefinitionError(f"{error.subject}, with the stream's schema {schema!s}",
                               error.problems) from None
-    handle = TileStream(group_by, store_uri, allowed, on_batch)
+    # a join lets a row out up to its widest bound behind its inputs' watermark: the tiles'
+    # watermark trails by that much more, so such rows are written, not counted behind it
+    trailing = max((bound.postpone for bound in join.parsed.bounds), default=0) \
+        if isinstance(join, IntervalJoin) else 0
+    handle = TileStream(group_by, store_uri, allowed + max(trailing, 0), on_batch)
     writer = (frame.writeStream.queryName(f"timetile_stream_{group_by.name}")
               .option("checkpointLocation", checkpoint).foreachBatch(handle.foreach_batch))
     if until_idle:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{round(trigger_seconds * 1000)} milliseconds")
-    handle.query = writer.start()
+    handle.query = (start_with_state_store(spark, writer.start) if isinstance(join, IntervalJoin)
+                    else writer.start())
     log.info("streaming %s from %s into %s (lateness %s ms, checkpoint %s)", group_by.name,
-             source.describe(), redacted_uri(store_uri), allowed, checkpoint)
+             described, redacted_uri(store_uri), allowed, checkpoint)
     return handle
+
+
+def _joined(spark: SparkSession, group_by: GroupBy, join: IntervalJoin, sources: object, *,
+            allowed: int, field: str) -> tuple[DataFrame, str]:
+    """Return the rows of the streaming join a GroupBy reads, and their sources described.
+
+    The join's late and malformed rows come with every column null, so the tile writer
+    counts them as unusable, never dropped silently.
+    """
+    if not isinstance(sources, Mapping):
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", f"{field}.source", f"reads {join.label}, which "
+            "streams from two sources", "give one per input: {'left': 'dir:landing/left', "
+            "'right': 'dir:landing/right'}")
+    rows = joined_stream(spark, join, sources, lateness_ms=allowed,
+                         field=f"{field}.source.table")
+    joined = F.col(KIND) == JOINED
+    described = ", ".join(f"{side} {s if isinstance(s, str) else s.describe()}"
+                          for side, s in sources.items())
+    return rows.select(*[F.when(joined, F.col(quote(column))).alias(column)
+                         for column in rows.columns if column != KIND]), described
