@@ -12,17 +12,18 @@ import re
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 from rich.console import Console
 
 from timetile.api.errors import DefinitionError
 from timetile.api.group_by import GroupBy
+from timetile.api.interval_join import IntervalJoin
 from timetile.api.join import Join
 from timetile.cli.progress import JobProgress
 from timetile.core.aggregators.base import ResultOverflowError
@@ -145,6 +146,49 @@ def load_joins(path: Path) -> dict[str, Join]:
 
     The file's directory is on ``sys.path`` while it runs, so it can import its neighbours.
     """
+    return _by_name(path, run_definitions(path).values(), Join)
+
+
+def load_interval_joins(path: Path) -> dict[str, IntervalJoin]:
+    """Run a definitions file; its IntervalJoins, by name: module-level, or read by a GroupBy."""
+    values = list(run_definitions(path).values())
+    for join in _by_name(path, values, Join).values():
+        values += [getattr(part.group_by.source, "table", None) for part in join.join_parts]
+    found = _by_name(path, values, IntervalJoin)
+    inputs = [side for join in found.values() for side in (join.left, join.right)]
+    while inputs:  # a chain's inner joins
+        inner = _by_name(path, inputs, IntervalJoin)
+        inputs = [side for join in inner.values() if join.name not in found
+                  for side in (join.left, join.right)]
+        found = _by_name(path, [*found.values(), *inner.values()], IntervalJoin)
+    return found
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_N = TypeVar("_N", bound=_Named)
+
+
+def _by_name(path: Path, values: Iterable[object], kind: type[_N]) -> dict[str, _N]:
+    """Return the ``kind`` values by name; two different ones of a name are refused."""
+    found: dict[str, _N] = {}
+    for value in values:
+        if isinstance(value, kind) and found.get(value.name) is not value:
+            if value.name in found:
+                raise CliError(f"{path} defines two different {kind.__name__}s named "
+                               f"{value.name!r}. Fix: give each {kind.__name__} its own name.")
+            found[value.name] = value
+    return found
+
+
+def run_definitions(path: Path) -> dict[str, Any]:
+    """Run a definitions file in a fresh namespace and return it.
+
+    The file's directory is on ``sys.path`` while it runs, so it can import its neighbours.
+    """
     if not path.is_file():
         raise CliError(f"{path} does not exist or is not a file. Fix: give the path of a Python "
                        "file that defines a tt.Join.")
@@ -163,14 +207,7 @@ def load_joins(path: Path) -> dict[str, Join]:
                        "with python to see the whole traceback, or add --debug.") from error
     finally:
         sys.path.remove(folder)
-    joins: dict[str, Join] = {}
-    for value in namespace.values():
-        if isinstance(value, Join) and joins.get(value.name) is not value:
-            if value.name in joins:
-                raise CliError(f"{path} defines two different Joins named {value.name!r}. "
-                               "Fix: give each Join its own name.")
-            joins[value.name] = value
-    return joins
+    return namespace
 
 
 def pick_join(path: Path, joins: dict[str, Join], name: str | None) -> Join:

@@ -6,10 +6,11 @@ DESIGN §6.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from timetile.api.interval_join import IntervalJoin
 from timetile.cli.common import (
     CliError,
     Debug,
@@ -45,7 +46,8 @@ _STREAM_EXAMPLE = """\
   Events older than the watermark (the newest event time minus --lateness) or before the
   upload's day end are counted, not written: the next upload adds them. For a GroupBy of
   an entity source the stream is its change log: rows like its mutation table (row
-  columns, mutation_ts, is_before), counted by mutation time.[/]
+  columns, mutation_ts, is_before), counted by mutation time. For a GroupBy of an
+  IntervalJoin give one source per input: --source left=URI --source right=URI.[/]
 """
 
 
@@ -55,9 +57,10 @@ def stream(
     group_by: Annotated[str, typer.Option(
         "--group-by", help="The GroupBy to stream (by name, from any Join of the file).",
         show_default=False)],
-    source: Annotated[str, typer.Option(
+    source: Annotated[list[str], typer.Option(
         help="Where events arrive: dir:PATH[?format=json|parquet] or "
-             "redis://host:port/db?stream=KEY.", show_default=False)],
+             "redis://host:port/db?stream=KEY; for a GroupBy of an IntervalJoin, one per "
+             "input: --source left=URI --source right=URI.", show_default=False)],
     store: Store,
     checkpoint: Annotated[str, typer.Option(
         help="Spark's checkpoint directory: restart with the same one to carry on.",
@@ -85,7 +88,7 @@ def stream(
 
         from timetile.streaming.file_source import FileSource  # noqa: PLC0415
         from timetile.streaming.job import stream_group_by  # noqa: PLC0415
-        from timetile.streaming.sources import lateness_ms, parse_source  # noqa: PLC0415
+        from timetile.streaming.sources import lateness_ms  # noqa: PLC0415
 
         found = {part.name: (field, part) for field, part in
                  group_bys_of(defs, list(load_joins(defs).values()))}
@@ -93,27 +96,40 @@ def stream(
             raise CliError(f"{defs} has no GroupBy named {group_by!r} in its Joins; it has: "
                            f"{', '.join(found) or 'none'}. Fix: pass one of those to --group-by.")
         field, chosen = found[group_by]
-        try:
-            parsed = parse_source(source)
-        except ValueError as error:
-            raise CliError(f"--source: {error}.") from None
+        join = getattr(chosen.source, "table", None)
+        if isinstance(join, IntervalJoin):
+            sides = dict(uri.partition("=")[::2] for uri in source)
+            if len(source) != 2 or set(sides) != {"left", "right"}:
+                raise CliError(f"--source: {group_by} reads {join.label}, which streams from "
+                               "two sources. Fix: give one per input: --source left=URI "
+                               "--source right=URI.")
+            sources: dict[str, Any] = {side: _parsed(uri, f"--source {side}=")
+                                       for side, uri in sides.items()}
+            parsed = None
+        elif len(source) != 1:
+            raise CliError(f"--source: {group_by} reads one stream, and {len(source)} sources "
+                           "were given. Fix: give one --source.")
+        else:
+            parsed = _parsed(source[0], "--source")
+            sources = {}
         try:
             allowed = lateness_ms(lateness)
         except ValueError as error:
             raise CliError(f"--lateness: {error}.") from None
-        pattern = parsed.path if isinstance(parsed, FileSource) else ""
-        folder = local_path(pattern) if pattern and not any(c in pattern for c in "*?[{") \
-            else None
-        if folder is not None and not folder.is_dir():
-            raise CliError(f"--source {source}: there is no folder {folder} for the events to "
-                           "land in. Fix: check the path, or create the folder first.")
+        for uri, stream_source in ((" ".join(source), parsed), *sources.items()):
+            pattern = stream_source.path if isinstance(stream_source, FileSource) else ""
+            folder = local_path(pattern) if pattern and not any(c in pattern for c in "*?[{") \
+                else None
+            if folder is not None and not folder.is_dir():
+                raise CliError(f"--source {uri}: there is no folder {folder} for the events "
+                               "to land in. Fix: check the path, or create the folder first.")
         open_store_option(store).close()  # fail before Spark starts when the store cannot be used
         if "://" not in checkpoint:
             check_writable("--checkpoint", checkpoint)
         with JobProgress(None, out) as progress, spark_session(progress) as spark:
             try:
                 running = stream_group_by(
-                    chosen, spark, parsed, store, checkpoint, lateness=allowed,
+                    chosen, spark, parsed or sources, store, checkpoint, lateness=allowed,
                     trigger_seconds=trigger_seconds, until_idle=until_idle, schema=schema,
                     on_batch=lambda report: out.print(report.describe(group_by), markup=False,
                                                       highlight=False),
@@ -121,7 +137,10 @@ def stream(
             except LookupError as error:
                 raise CliError(f"{str(error).partition('. Fix:')[0]}. Fix: run timetile upload "
                                f"{defs} --ds YYYY-MM-DD --store {redacted_uri(store)}.") from None
-            out.print(f"streaming {group_by} from {parsed.describe()} into "
+            described = parsed.describe() if parsed is not None else " and ".join(
+                f"{side} {stream_source.describe()}"
+                for side, stream_source in sources.items())
+            out.print(f"streaming {group_by} from {described} into "
                       f"{redacted_uri(store)}",
                       markup=False, highlight=False)
             try:
@@ -142,6 +161,16 @@ _FAILURE = re.compile(r"(StreamOwnershipError|LookupError|DefinitionError): (.+)
 
 _UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE\.?(\w*)\] (.+?)(?: SQLSTATE: \w+)?$",
                               re.MULTILINE)
+
+
+def _parsed(uri: str, option: str) -> Any:
+    """Return the stream source of a URI; a bad one is a :class:`CliError` naming ``option``."""
+    from timetile.streaming.sources import parse_source  # noqa: PLC0415  (loads PySpark)
+
+    try:
+        return parse_source(uri)
+    except ValueError as error:
+        raise CliError(f"{option}: {error}.") from None
 
 
 def _stream_failure(error: Exception) -> str:
