@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         # each run until a random number of micro-batches more are committed, then killed a
         # random moment later: mid-batch, between batches, or while it commits
         done = _committed(commits)
-        target = done + rng.randint(1, max(1, args.files // args.kills - 1))
+        target = done + rng.randint(1, max(1, 2 * args.files // args.kills))
         with (work / f"run-{kill}.log").open("w") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True)

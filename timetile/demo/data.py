@@ -1,6 +1,6 @@
 """A realistic marketplace dataset for the demo, generated in Spark so it scales.
 
-Seven tables, written as Parquet under a data directory (``timetile-demo/data`` by default,
+Eight tables, written as Parquet under a data directory (``timetile-demo/data`` by default,
 or ``$TIMETILE_DEMO_DATA``), the inputs of ``timetile/demo/checkout_model.py``:
 
 ========== ==================================================================================
@@ -8,6 +8,8 @@ users      ``user_id``, ``country``, ``signup_ts``
 listings   ``listing_id``, ``seller_id``, ``category``, ``price``
 views      ``user_id``, ``listing_id``, ``ts`` (epoch ms), ``duration`` (seconds, ~5% null)
 purchases  ``user_id``, ``listing_id``, ``seller_id``, ``ts``, ``quantity``, ``amount``
+deliveries ``user_id``, ``listing_id``, ``ts``, ``fee``: 85% of the purchases are delivered,
+           10 to 110 minutes after them (the right input of an interval join)
 checkouts  ``checkout_id``, ``user_id``, ``listing_id``, ``seller_id``, ``ts``: the left side,
            with ~1% exact duplicate rows and two rows whose ``ts`` is null
 ratings_*  an entity source: daily snapshots and mutations of listing ratings
@@ -46,8 +48,8 @@ _DAY_MS = 86_400_000
 _ZIPF_EXPONENT = 0.8
 _CATEGORIES = ("home", "fashion", "electronics", "toys", "books", "garden", "sports", "art")
 _COUNTRIES = ("US", "GB", "DE", "FR", "BR", "IN", "JP", "MX")
-_TABLES = ("users", "listings", "views", "purchases", "checkouts", "ratings_snapshots",
-           "ratings_mutations")
+_TABLES = ("users", "listings", "views", "purchases", "deliveries", "checkouts",
+           "ratings_snapshots", "ratings_mutations")
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,10 @@ def _tables(spark: SparkSession, sizes: DemoSizes, seed: int) -> dict[str, DataF
         .select("user_id", "listing_id", "seller_id", "ts", "quantity",
                 sf.round(sf.col("price") * sf.col("quantity"), 2).alias("amount"))
     )
+    minutes = sf.floor(sf.rand(seed + 21) * 100 + 10).cast("long")
+    deliveries = purchases.where(sf.rand(seed + 20) < 0.85).select(
+        "user_id", "listing_id", (sf.col("ts") + minutes * 60_000).alias("ts"),
+        sf.round(sf.rand(seed + 22) * 8 + 2, 2).alias("fee"))
     checkouts = (
         spark.range(sizes.checkouts, numPartitions=sizes.partitions).select(
             sf.col("id").alias("checkout_id"),
@@ -198,6 +204,7 @@ def _tables(spark: SparkSession, sizes: DemoSizes, seed: int) -> dict[str, DataF
         "listings": listings,
         "views": views,
         "purchases": purchases,
+        "deliveries": deliveries,
         "checkouts": checkouts.unionByName(duplicates).unionByName(no_time),
     }
 
