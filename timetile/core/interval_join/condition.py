@@ -348,8 +348,11 @@ def _value(node: exp.Expr) -> Callable[[Row, Row], Any]:  # noqa: PLR0911
         first, second = _value(node.this), _value(node.expression)
 
         def binary(l_row: Row, r_row: Row) -> Any:
-            a, b = first(l_row, r_row), second(l_row, r_row)
-            if a is None or b is None or (function is operator.truediv and b == 0):
+            a = first(l_row, r_row)
+            if a is None:
+                return None
+            b = second(l_row, r_row)
+            if b is None or (function is operator.truediv and b == 0):
                 return None
             return function(a, b)
         return binary
@@ -361,8 +364,14 @@ def _logical(node: exp.Expr) -> Callable[[Row, Row], Any]:
         parts = [_value(part) for part in node.flatten()]
 
         def conjunction(l_row: Row, r_row: Row) -> Any:
-            values = [part(l_row, r_row) for part in parts]
-            return False if False in values else None if None in values else True
+            unknown = False  # SQL's AND: false if any part is, else null if any is
+            for part in parts:
+                value = part(l_row, r_row)
+                if value is None:
+                    unknown = True
+                elif not value:
+                    return False
+            return None if unknown else True
         return conjunction
     if isinstance(node, exp.Not):
         inner = _value(node.this)
