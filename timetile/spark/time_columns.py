@@ -61,3 +61,17 @@ def _saturated(result: Column, times: Column, end: int) -> Column:
 
 #: The time rules on Spark columns.
 COLUMNS = ColumnTimes()
+
+
+#: The epoch milliseconds Spark's timestamps reach either side of 0 (about ±292,000 years).
+MAX_INSTANT_MS = MAX_TIME // 1000
+
+
+def watermark_instant(millis: Column) -> Column:
+    """Return epoch milliseconds as a timestamp for Spark's watermark, saturated at its ends.
+
+    Where int64 milliseconds go on past Spark's timestamps, one event far in the future or
+    past is counted like any other instead of failing every replay of its micro-batch.
+    """
+    clamped = F.least(F.greatest(millis, F.lit(-MAX_INSTANT_MS)), F.lit(MAX_INSTANT_MS))
+    return F.timestamp_millis(clamped)

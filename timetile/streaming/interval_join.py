@@ -35,7 +35,6 @@ watermark on arrival, kept with its input's columns, never silently dropped) and
 
 from __future__ import annotations
 
-import logging
 import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,10 +59,9 @@ from timetile.core.interval_join.condition import LEFT, RIGHT
 from timetile.core.interval_join.processor import joined_at
 from timetile.spark.interval_join import check_inputs, output_names, timed_input
 from timetile.spark.sources import project, quote, read_table, with_time
+from timetile.spark.time_columns import watermark_instant
 from timetile.streaming.file_source import CORRUPT
 from timetile.streaming.sources import StreamSource, lateness_ms, parse_source
-
-log = logging.getLogger(__name__)
 
 #: Spark's state store that ``transformWithState`` needs.
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -74,8 +72,6 @@ JOINED, LATE, MALFORMED = "joined", "late", "malformed"
 _SIDE, _BAD, _EVENT_TS = "_tt_side", "_tt_malformed", "_tt_event_ts"
 _STRUCT = {LEFT: "_tt_l", RIGHT: "_tt_r"}
 _KEY = "_tt_key{}"
-#: Spark's timestamps end near ±292,000 years: the watermark's column saturates there.
-_MAX_INSTANT_MS = 9_223_372_036_854
 _STATE = StructType([StructField("snapshot", BinaryType())])
 
 
@@ -217,7 +213,6 @@ def joined_stream(spark: SparkSession, join: IntervalJoin,
         position = 0 if alias == LEFT else 1
         times = [F.col(name) for name in join.input_time_fields[alias]]
         least = times[0] if len(times) == 1 else F.least(*times)
-        instant = F.least(F.greatest(least, F.lit(-_MAX_INSTANT_MS)), F.lit(_MAX_INSTANT_MS))
         shaped = frame.select(
             *[F.col(pair[position]).alias(_KEY.format(i))
               for i, pair in enumerate(join.key_pairs)],
@@ -225,7 +220,7 @@ def joined_stream(spark: SparkSession, join: IntervalJoin,
             *[(F.struct(*plain[alias].columns) if side == alias
                else F.lit(None).cast(structs[side])).alias(_STRUCT[side])
               for side in (LEFT, RIGHT)],
-            F.timestamp_millis(instant).alias(_EVENT_TS),
+            watermark_instant(least).alias(_EVENT_TS),
         ).withWatermark(_EVENT_TS, f"{lateness_ms} milliseconds")
         united = shaped if united is None else united.unionByName(shaped)
     assert united is not None

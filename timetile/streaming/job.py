@@ -53,7 +53,6 @@ from timetile.api.interval_join import IntervalJoin
 from timetile.api.schema import group_by_problems
 from timetile.api.sources import EntitySource, EventSource
 from timetile.core.timeutil import ms_to_iso
-from timetile.core.windows import MAX_TIME
 from timetile.spark.entities import IS_BEFORE, MUTATION_TIME, mutation_rows
 from timetile.spark.sorted_groups import sorted_by_groups, whole_groups
 from timetile.spark.sources import (
@@ -65,6 +64,7 @@ from timetile.spark.sources import (
     read_table,
     time_millis,
 )
+from timetile.spark.time_columns import watermark_instant
 from timetile.store.entity_records import ROW_TIME, MutationWriter
 from timetile.store.kv import KVStore, absolute_uri, open_store, redacted_uri
 from timetile.store.layout import GroupByMeta, feature_signature
@@ -331,7 +331,6 @@ MALFORMED = "_tt_malformed"
 
 #: The furthest instant from the epoch, in milliseconds, that Spark's timestamps (int64
 #: microseconds) hold, rounded in to a whole millisecond.
-MAX_INSTANT_MS = MAX_TIME // 1000
 
 
 def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: GroupByMeta,
@@ -389,12 +388,9 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
         frame = frame.withColumn(TIME, time_millis(column, frame.schema[column].dataType))
     if problems:
         raise DefinitionError(f"GroupBy {group_by.name!r}", problems)
-    # Spark's timestamps end at about ±292,000 years, where int64 milliseconds go on: the
-    # watermark's column saturates there (the job's own watermark reads TIME), so one event
-    # far in the future or past is written or counted like any other instead of failing
-    # every replay of its micro-batch.
-    instant = F.least(F.greatest(F.col(TIME), F.lit(-MAX_INSTANT_MS)), F.lit(MAX_INSTANT_MS))
-    frame = frame.withColumn(EVENT_TS, F.timestamp_millis(instant))
+    # the watermark's column saturates at Spark's timestamps' ends; the job's own watermark
+    # reads TIME
+    frame = frame.withColumn(EVENT_TS, watermark_instant(F.col(TIME)))
     if watermark:
         frame = frame.withWatermark(EVENT_TS, f"{lateness_ms} milliseconds")
     return frame.select(*stream_writer(group_by, meta).columns)
