@@ -72,6 +72,8 @@ def test_join_stream_writes_the_same_rows(spark: SparkSession, defs: Path,
                                           {"order_id": 8, "order_time": 5}], 1, first=1)
     land_json_lines(tmp_path / "deliveries", [{"order_id": 9, "delivery_time": 20_000_000}],
                     1, first=1)
+    with (tmp_path / "deliveries" / "events-0001.json").open("a") as file:
+        file.write('{"order_id": 10, "delivery_time": "not a time"\n')  # torn: malformed
     output = tmp_path / "out"
     result = CliRunner().invoke(app, [
         "join", "stream", str(defs), "--name", "delivered",
@@ -81,7 +83,7 @@ def test_join_stream_writes_the_same_rows(spark: SparkSession, defs: Path,
         "--lateness", "0", "--until-idle"])
     assert result.exit_code == 0, result.output
     assert [row for row in _rows(spark, output) if row[0] != 9] == EXPECTED
-    assert "1 late rows set aside" in result.stdout
+    assert "1 late rows and 1 malformed lines set aside" in result.stdout
 
 
 def test_join_commands_name_the_fix(defs: Path, tmp_path: Path) -> None:

@@ -206,7 +206,12 @@ def stream(
     """Stream an IntervalJoin's rows to Parquet with the streaming join (restartable)."""
     out = console()
     with user_errors(debug):
-        from timetile.streaming.interval_join import LATE, stream_join  # noqa: PLC0415
+        from timetile.streaming.interval_join import (  # noqa: PLC0415
+            JOINED,
+            LATE,
+            MALFORMED,
+            stream_join,
+        )
         from timetile.streaming.sources import lateness_ms, parse_source  # noqa: PLC0415
 
         join = _pick(defs, name)
@@ -228,9 +233,11 @@ def stream(
                 running.await_termination()
             except KeyboardInterrupt:
                 running.stop()
-            joined, late = running.read().count(), running.read(LATE).count()
-        out.print(f"{join.label}: {joined:,} rows written, {late:,} late rows set aside "
-                  "(totals of this output)", markup=False, highlight=False)
+            joined, late, malformed = (running.read(kind).count()
+                                       for kind in (JOINED, LATE, MALFORMED))
+        out.print(f"{join.label}: {joined:,} rows written, {late:,} late rows and "
+                  f"{malformed:,} malformed lines set aside (totals of this output)",
+                  markup=False, highlight=False)
 
 
 def _source(parse: Any, side: str, uri: str) -> Any:

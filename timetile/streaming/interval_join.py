@@ -72,7 +72,8 @@ JOINED, LATE, MALFORMED = "joined", "late", "malformed"
 _SIDE, _BAD, _EVENT_TS = "_tt_side", "_tt_malformed", "_tt_event_ts"
 _STRUCT = {LEFT: "_tt_l", RIGHT: "_tt_r"}
 _KEY = "_tt_key{}"
-_STATE = StructType([StructField("snapshot", BinaryType())])
+#: A key's state: its processor's snapshot, and the event time of its one timer.
+_STATE = StructType([StructField("snapshot", BinaryType()), StructField("timer", LongType())])
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,15 @@ class KeyJoin(StatefulProcessor):
     Per key the state is one value, the processor's snapshot (its buffered rows with their
     used flags), and one event-time timer: each call restores it, gives it the query's
     watermark, then the key's rows of the micro-batch (none when the timer fired), saves it
-    and sets the timer at :meth:`~IntervalJoinProcessor.next_eviction`. Cost per call: O(b)
-    to restore and save the key's b buffered rows, plus the processor's own.
+    and moves the timer to :meth:`~IntervalJoinProcessor.next_eviction`. Cost per call: O(b)
+    to restore and save the key's b buffered rows, plus the processor's own, and two to four
+    round trips to Spark's state server (read, write, and the timer when it moves): on many
+    small keys those round trips are most of the time (benchmarks/RESULTS.md).
     """
 
     def __init__(self, plan: _Plan) -> None:
         self.plan = plan
+        self._timer: int | None = None
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Open the key's state; parse the condition once per task."""
@@ -131,15 +135,17 @@ class KeyJoin(StatefulProcessor):
                            expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803, ARG002
                            ) -> Iterator[Row]:
         """Give the key's processor the risen watermark; yield the rows it lets out."""
-        processor, out = self._restored(timerValues)
+        processor, out = self._restored(timerValues, fired=True)
         yield from self._saved(processor, out)
 
     def close(self) -> None:
         """Nothing to release."""
 
-    def _restored(self, timer_values: TimerValues) -> tuple[IntervalJoinProcessor, list[Row]]:
+    def _restored(self, timer_values: TimerValues, *, fired: bool = False,
+                  ) -> tuple[IntervalJoinProcessor, list[Row]]:
         saved = self.state.get()
-        processor = (IntervalJoinProcessor.restore(self.spec, pickle.loads(saved[0]))
+        self._timer = None if saved is None or fired else saved[1]  # Spark removed a fired one
+        processor = (IntervalJoinProcessor.restore(self.spec, pickle.loads(saved[0]), deep=False)
                      if saved is not None else IntervalJoinProcessor(self.spec))
         mark = timer_values.getCurrentWatermarkInMs()
         found: list[Any] = []
@@ -149,13 +155,14 @@ class KeyJoin(StatefulProcessor):
         return processor, [self._joined(item) for item in found if isinstance(item, Joined)]
 
     def _saved(self, processor: IntervalJoinProcessor, out: list[Row]) -> Iterator[Row]:
-        for timer in list(self.handle.listTimers()):
-            self.handle.deleteTimer(timer)
-        if processor.buffered:
-            self.state.update((pickle.dumps(processor.snapshot()),))
-            due = processor.next_eviction()
-            assert due is not None
-            self.handle.registerTimer(due)
+        """Save the key's state and move its one timer; each state call is a round trip."""
+        due = processor.next_eviction()
+        if self._timer is not None and self._timer != due:
+            self.handle.deleteTimer(self._timer)
+        if due is not None:
+            if self._timer != due:
+                self.handle.registerTimer(due)
+            self.state.update((pickle.dumps(processor.snapshot(deep=False)), due))
         else:
             self.state.clear()
         yield from out

@@ -257,10 +257,14 @@ class IntervalJoinProcessor:
                 out.append(Watermark(watched, level))
         return out
 
-    def snapshot(self) -> dict[str, Any]:
-        """Return the whole state as plain values (rows as given), to :meth:`restore` from."""
+    def snapshot(self, *, deep: bool = True) -> dict[str, Any]:
+        """Return the whole state as plain values (rows as given), to :meth:`restore` from.
+
+        ``deep=False`` shares the buffered rows instead of copying them: for a caller that
+        serializes the snapshot before the processor changes (O(B) saved either way).
+        """
         state = self._state
-        return copy.deepcopy({
+        snapshot = {
             "version": SNAPSHOT_VERSION,
             "received": [[list(k), v] for k, v in state.received.items()],
             "emitted": [[list(k), v] for k, v in state.emitted.items()],
@@ -269,17 +273,23 @@ class IntervalJoinProcessor:
             "buffers": {alias: [[dict(entry.row), entry.used] for entries in buffer.values()
                                 for entry in entries]
                         for alias, buffer in state.buffers.items()},
-            "counts": vars(state.counts),
-        })
+            "counts": dict(vars(state.counts)),
+        }
+        return copy.deepcopy(snapshot) if deep else snapshot
 
     @classmethod
-    def restore(cls, spec: JoinSpec, snapshot: Mapping[str, Any]) -> IntervalJoinProcessor:
-        """Return a processor that continues exactly where ``snapshot`` was taken."""
+    def restore(cls, spec: JoinSpec, snapshot: Mapping[str, Any], *,
+                deep: bool = True) -> IntervalJoinProcessor:
+        """Return a processor that continues exactly where ``snapshot`` was taken.
+
+        ``deep=False`` takes the snapshot's rows as they are, for a snapshot no one else
+        holds (one just deserialized).
+        """
         if snapshot.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version {snapshot.get('version')!r} is not "
                              f"{SNAPSHOT_VERSION}: restart the join from its inputs")
         processor = cls(spec)
-        state, saved = processor._state, copy.deepcopy(dict(snapshot))
+        state, saved = processor._state, copy.deepcopy(dict(snapshot)) if deep else snapshot
         state.received = {(k[0], k[1]): v for k, v in saved["received"]}
         state.emitted = {(k[0], k[1]): v for k, v in saved["emitted"]}
         for later, limits in saved["limits"]:
