@@ -45,7 +45,8 @@ class IntervalJoin:
             row at that time, before the other row may have happened (a leak, unless that
             is the intent). Rows where it is null are left out of aggregations and counted.
         prefixes: the prefixes of the left and the right input's columns.
-        max_buffered: the most rows the streaming join may buffer (None: no limit).
+        max_buffered: the most rows the streaming join may buffer for one group of keys
+            (:data:`timetile.streaming.interval_join.KEY_GROUPS` groups; None: no limit).
 
     >>> orders = EventSource("orders", time_column="order_time")
     >>> deliveries = EventSource("deliveries", time_column="delivery_time")

@@ -28,6 +28,7 @@ from timetile.cli.common import (
 )
 from timetile.cli.progress import JobProgress
 from timetile.cli.render import print_rows
+from timetile.cli.stream import check_landing_folder, stream_failure
 from timetile.core.locations import local_path
 
 MISMATCH_EXIT = 1
@@ -206,6 +207,8 @@ def stream(
     """Stream an IntervalJoin's rows to Parquet with the streaming join (restartable)."""
     out = console()
     with user_errors(debug):
+        from pyspark.errors import StreamingQueryException  # noqa: PLC0415  (Spark job)
+
         from timetile.streaming.interval_join import (  # noqa: PLC0415
             JOINED,
             LATE,
@@ -224,6 +227,8 @@ def stream(
         for option, location in (("--output", output), ("--checkpoint", checkpoint)):
             if "://" not in location:
                 check_writable(option, location)
+        for side, uri in (("left", left), ("right", right)):
+            check_landing_folder(f"--{side} {uri}", sources[side])
         with JobProgress(None, out) as progress, spark_session(progress) as spark:
             running = stream_join(join, spark, sources, output, checkpoint, lateness=allowed,
                                   trigger_seconds=trigger_seconds, until_idle=until_idle)
@@ -233,6 +238,8 @@ def stream(
                 running.await_termination()
             except KeyboardInterrupt:
                 running.stop()
+            except StreamingQueryException as error:
+                raise CliError(stream_failure(error)) from None
             joined, late, malformed = (running.read(kind).count()
                                        for kind in (JOINED, LATE, MALFORMED))
         out.print(f"{join.label}: {joined:,} rows written, {late:,} late rows and "

@@ -86,7 +86,6 @@ def stream(
     with user_errors(debug):
         from pyspark.errors import StreamingQueryException  # noqa: PLC0415  (Spark job)
 
-        from timetile.streaming.file_source import FileSource  # noqa: PLC0415
         from timetile.streaming.job import stream_group_by  # noqa: PLC0415
         from timetile.streaming.sources import lateness_ms  # noqa: PLC0415
 
@@ -111,18 +110,16 @@ def stream(
                            "were given. Fix: give one --source.")
         else:
             parsed = _parsed(source[0], "--source")
-            sources = {}
+            sources, sides = {}, {}
         try:
             allowed = lateness_ms(lateness)
         except ValueError as error:
             raise CliError(f"--lateness: {error}.") from None
-        for uri, stream_source in ((" ".join(source), parsed), *sources.items()):
-            pattern = stream_source.path if isinstance(stream_source, FileSource) else ""
-            folder = local_path(pattern) if pattern and not any(c in pattern for c in "*?[{") \
-                else None
-            if folder is not None and not folder.is_dir():
-                raise CliError(f"--source {uri}: there is no folder {folder} for the events "
-                               "to land in. Fix: check the path, or create the folder first.")
+        named = [(f"--source {source[0]}", parsed)] if parsed is not None else [
+            (f"--source {side}={sides[side]}", stream_source)
+            for side, stream_source in sources.items()]
+        for option, stream_source in named:
+            check_landing_folder(option, stream_source)
         open_store_option(store).close()  # fail before Spark starts when the store cannot be used
         if "://" not in checkpoint:
             check_writable("--checkpoint", checkpoint)
@@ -148,7 +145,7 @@ def stream(
             except KeyboardInterrupt:
                 running.stop()
             except StreamingQueryException as error:
-                raise CliError(_stream_failure(error)) from None
+                raise CliError(stream_failure(error)) from None
         totals = running.totals
         out.print(f"{group_by}: {len(running.batches)} micro-batches in this run; "
                   f"{totals.written:,} events written, {totals.late:,} late, "
@@ -163,6 +160,17 @@ _UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE\.?(\w*)\] (.+?)(?: SQLSTATE: 
                               re.MULTILINE)
 
 
+def check_landing_folder(option: str, source: Any) -> None:
+    """Refuse a file source whose folder does not exist (a mistyped path would wait forever)."""
+    from timetile.streaming.file_source import FileSource  # noqa: PLC0415  (loads PySpark)
+
+    pattern = source.path if isinstance(source, FileSource) else ""
+    folder = local_path(pattern) if pattern and not any(c in pattern for c in "*?[{") else None
+    if folder is not None and not folder.is_dir():
+        raise CliError(f"{option}: there is no folder {folder} for the events to land in. "
+                       "Fix: check the path, or create the folder first.")
+
+
 def _parsed(uri: str, option: str) -> Any:
     """Return the stream source of a URI; a bad one is a :class:`CliError` naming ``option``."""
     from timetile.streaming.sources import parse_source  # noqa: PLC0415  (loads PySpark)
@@ -173,7 +181,7 @@ def _parsed(uri: str, option: str) -> Any:
         raise CliError(f"{option}: {error}.") from None
 
 
-def _stream_failure(error: Exception) -> str:
+def stream_failure(error: Exception) -> str:
     """Return the user-facing reason of a failed streaming query, or its first line."""
     match = _FAILURE.search(str(error))
     if match is not None:

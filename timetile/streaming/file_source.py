@@ -43,6 +43,8 @@ MAX_FILE_AGE = "3650d"
 #: The column that holds a JSON line Spark could not read whole (malformed, or a value of the
 #: wrong type): the job reads such a line as a row of nulls, counted as unusable.
 CORRUPT = "_tt_corrupt"
+#: True on the rows of a line the source could not read whole (:func:`flag_malformed`).
+MALFORMED = "_tt_malformed"
 #: The file formats a directory source reads.
 FORMATS = ("json", "parquet")
 #: The epoch milliseconds a timestamp (microseconds in an int64) holds, either side of 0.
@@ -162,6 +164,20 @@ def read_columns(found: Sequence[Column], schema: StructType,
                                              if value is not column],  # read as it came
                               F.lit(False))
     return [value.alias(f.name) for value, f in zip(values, schema.fields, strict=True)], unread
+
+
+def flag_malformed(raw: DataFrame) -> DataFrame:
+    """Return a stream's rows with :data:`MALFORMED` in place of :data:`CORRUPT`.
+
+    The columns of a line the source could not read whole are all null, and the flag true:
+    such a row passes every ``where`` so that it is counted, never filtered away. A stream
+    without :data:`CORRUPT` (Parquet, Redis) gets the flag false. No job runs.
+    """
+    if CORRUPT not in raw.columns:
+        return raw.withColumn(MALFORMED, F.lit(False))
+    return raw.select(*[F.when(F.col(CORRUPT).isNull(), F.col(quote(column))).alias(column)
+                        for column in raw.columns if column != CORRUPT],
+                      F.col(CORRUPT).isNotNull().alias(MALFORMED))
 
 
 @dataclass(frozen=True)

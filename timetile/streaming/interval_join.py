@@ -2,28 +2,31 @@
 
 Both inputs are read as streams (:mod:`timetile.streaming.sources`), go through their
 source's ``where``, ``select`` and time parsing as the batch join's do, and are united into
-one stream keyed by the join's equi-keys. Spark's ``transformWithState`` runs
+one stream partitioned by the join's equi-keys: each key lies in one of :data:`KEY_GROUPS`
+groups (by a hash of its value). Spark's ``transformWithState`` runs
 :class:`~timetile.core.interval_join.IntervalJoinProcessor`, the one join processor, per
-key (:class:`KeyJoin`): its buffers (each row with its used flag) live in Spark's state
+group (:class:`KeyJoin`): its buffers (each row with its used flag) live in Spark's state
 store, versioned with each micro-batch in the checkpoint, so a query killed at any point
 and restarted reruns its last batch from the state before it, and Spark's file sink commits
-each batch's files once: the output is exactly an uninterrupted run's.
+each batch's files once: the output is exactly an uninterrupted run's. A group, not a key,
+holds a state value: each state call is a round trip to Spark's state server, and a
+micro-batch makes a few per group it touches instead of per key.
 
-Why ``transformWithState``: the join needs one value and one event-time timer per key, and
-must see every late row to count it. ``applyInPandasWithState`` gives the first, but with an
-event-time timeout Spark drops rows at or below the watermark before the function sees them
-(measured: such a row vanished with no count); ``transformWithState`` runs on a column
-stripped of the watermark, so every row reaches the processor. It needs the RocksDB state
-store (set for the query when it starts, :func:`start_with_state_store`) and starts a
-Python process on the driver to plan each query: 2-3 s per query start here.
+Why ``transformWithState``: the join needs one value and one event-time timer per group,
+and must see every late row to count it. ``applyInPandasWithState`` gives the first, but
+with an event-time timeout Spark drops rows at or below the watermark before the function
+sees them (measured: such a row vanished with no count); ``transformWithState`` runs on a
+column stripped of the watermark, so every row reaches the processor. It needs the RocksDB
+state store (set for the query when it starts, :func:`start_stateful`) and starts a Python
+process on the driver to plan each query: 2-3 s per query start here.
 
 Watermarks. Spark keeps one watermark per query: each input declares its own (the least of
 its time fields, less the allowed lateness) and the query's is the least of the two. Every
 time field of both inputs is given that watermark at the start of each micro-batch, so it
 is sound for each field; the processor keeps its per-field rules (``wm_state``, postpone
-times), and an event-time timer per key fires when a buffered row can leave, so an outer
+times), and an event-time timer per group fires when a buffered row can leave, so an outer
 row comes out in the first micro-batch whose watermark settles it, even for a key that
-receives nothing more. A key whose buffers are empty keeps no state. Spark drops no late
+receives nothing more. A group whose buffers are empty keeps no state. Spark drops no late
 row before the processor sees it: the processor counts it.
 
 Output rows are the batch join's columns (:func:`timetile.spark.interval_join.joined_rows`)
@@ -40,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import (
@@ -58,20 +61,26 @@ from timetile.core.interval_join import IntervalJoinProcessor, Joined, JoinSpec,
 from timetile.core.interval_join.condition import LEFT, RIGHT
 from timetile.core.interval_join.processor import joined_at
 from timetile.spark.interval_join import check_inputs, output_names, timed_input
-from timetile.spark.sources import project, quote, read_table, with_time
+from timetile.spark.sources import coarse_type, project, quote, read_table, with_time
 from timetile.spark.time_columns import watermark_instant
-from timetile.streaming.file_source import CORRUPT
+from timetile.streaming.file_source import MALFORMED as MALFORMED_FLAG
+from timetile.streaming.file_source import flag_malformed
 from timetile.streaming.sources import StreamSource, lateness_ms, parse_source
 
 #: Spark's state store that ``transformWithState`` needs.
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+_SETTINGS = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+             "spark.sql.streaming.multipleWatermarkPolicy": "min"}
 #: The output column that says what a row is: ``joined``, ``late`` or ``malformed``.
 KIND = "_tt_kind"
 JOINED, LATE, MALFORMED = "joined", "late", "malformed"
-_SIDE, _BAD, _EVENT_TS = "_tt_side", "_tt_malformed", "_tt_event_ts"
+_SIDE, _BAD, _EVENT_TS = "_tt_side", MALFORMED_FLAG, "_tt_event_ts"
 _STRUCT = {LEFT: "_tt_l", RIGHT: "_tt_r"}
-_KEY = "_tt_key{}"
+_BUCKET = "_tt_bucket"
+#: How many groups of keys the join keeps state for: each group's keys share one processor,
+#: one state value and one timer, so a micro-batch makes a few round trips to Spark's state
+#: server per group it touches, not per key. A key lies in one group: a hot key is one group.
+KEY_GROUPS = 4096
 #: A key's state: its processor's snapshot, and the event time of its one timer.
 _STATE = StructType([StructField("snapshot", BinaryType()), StructField("timer", LongType())])
 
@@ -92,20 +101,20 @@ class _Plan:
 
 
 class KeyJoin(StatefulProcessor):
-    """The join of one key in Spark's ``transformWithState``: the join processor, restored.
+    """The join of one group of keys in ``transformWithState``: the join processor, restored.
 
-    Per key the state is one value, the processor's snapshot (its buffered rows with their
+    Per group the state is one value, the processor's snapshot (its buffered rows with their
     used flags), and one event-time timer: each call restores it, gives it the query's
-    watermark, then the key's rows of the micro-batch (none when the timer fired), saves it
-    and moves the timer to :meth:`~IntervalJoinProcessor.next_eviction`. Cost per call: O(b)
-    to restore and save the key's b buffered rows, plus the processor's own, and two to four
-    round trips to Spark's state server (read, write, and the timer when it moves): on many
-    small keys those round trips are most of the time (benchmarks/RESULTS.md).
+    watermark, then the group's rows of the micro-batch (none when the timer fired), saves
+    it and moves the timer to :meth:`~IntervalJoinProcessor.next_eviction`. Cost per call:
+    O(b) to restore and save the group's b buffered rows, plus the processor's own, and two
+    to four round trips to Spark's state server (read, write, and the timer when it moves).
     """
 
     def __init__(self, plan: _Plan) -> None:
         self.plan = plan
         self._timer: int | None = None
+        self._mark = 0
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Open the key's state; parse the condition once per task."""
@@ -144,19 +153,21 @@ class KeyJoin(StatefulProcessor):
     def _restored(self, timer_values: TimerValues, *, fired: bool = False,
                   ) -> tuple[IntervalJoinProcessor, list[Row]]:
         saved = self.state.get()
-        self._timer = None if saved is None or fired else saved[1]  # Spark removed a fired one
+        self._timer = None if saved is None or fired else saved[1]  # Spark removes a fired one
+        self._mark = timer_values.getCurrentWatermarkInMs()
         processor = (IntervalJoinProcessor.restore(self.spec, pickle.loads(saved[0]), deep=False)
                      if saved is not None else IntervalJoinProcessor(self.spec))
-        mark = timer_values.getCurrentWatermarkInMs()
         found: list[Any] = []
-        if mark > 0:  # Spark's watermark starts at 0: none yet
+        if self._mark > 0:  # Spark's watermark starts at 0: none yet
             for time_field in self.spec.fields:
-                found += processor.watermark(time_field, mark)
+                found += processor.watermark(time_field, self._mark)
         return processor, [self._joined(item) for item in found if isinstance(item, Joined)]
 
     def _saved(self, processor: IntervalJoinProcessor, out: list[Row]) -> Iterator[Row]:
         """Save the key's state and move its one timer; each state call is a round trip."""
         due = processor.next_eviction()
+        if due is not None:  # above the watermark: Spark would fire (and drop) one at or below
+            due = max(due, self._mark + 1)
         if self._timer is not None and self._timer != due:
             self.handle.deleteTimer(self._timer)
         if due is not None:
@@ -221,8 +232,8 @@ def joined_stream(spark: SparkSession, join: IntervalJoin,
         times = [F.col(name) for name in join.input_time_fields[alias]]
         least = times[0] if len(times) == 1 else F.least(*times)
         shaped = frame.select(
-            *[F.col(pair[position]).alias(_KEY.format(i))
-              for i, pair in enumerate(join.key_pairs)],
+            F.pmod(F.xxhash64(*[_hashable(frame, pair[position]) for pair in join.key_pairs]),
+                   F.lit(KEY_GROUPS)).alias(_BUCKET),
             F.lit(alias).alias(_SIDE), F.col(_BAD),
             *[(F.struct(*plain[alias].columns) if side == alias
                else F.lit(None).cast(structs[side])).alias(_STRUCT[side])
@@ -238,23 +249,35 @@ def joined_stream(spark: SparkSession, join: IntervalJoin,
                  join.max_buffered)
     output = StructType([*(StructField(_STRUCT[alias], structs[alias]) for alias in (LEFT, RIGHT)),
                          StructField(JOINED_AT, LongType()), StructField(KIND, StringType())])
-    joined = (united.groupBy(*[_KEY.format(i) for i in range(len(join.key_pairs))])
+    joined = (united.groupBy(_BUCKET)
               .transformWithState(KeyJoin(plan), output, "Append", "EventTime"))
     return joined.select(*[F.col(f"{_STRUCT[alias]}.{quote(name)}").alias(renamed)
                            for alias in (LEFT, RIGHT) for name, renamed in names[alias].items()],
                          JOINED_AT, KIND)
 
 
+def _hashable(frame: DataFrame, column: str) -> Column:
+    """Return a key column as a value that hashes alike on both inputs when keys are equal.
+
+    Keys of one coarse type may differ in width (``int`` and ``bigint``), and ``-0.0``
+    equals ``0.0``: each is hashed as the widest type, zero unsigned.
+    """
+    kind = coarse_type(frame.schema[column].dataType)
+    value = F.col(quote(column))
+    if kind == "int":
+        return value.cast("bigint")
+    if kind == "float":
+        wide = value.cast("double")
+        return F.when(wide == 0, F.lit(0.0)).otherwise(wide)
+    if kind == "timestamp":
+        return value.cast("timestamp")
+    return value
+
+
 def _stream_input(spark: SparkSession, source: EventSource, stream: StreamSource,
                   field: str) -> DataFrame:
     """Return one input's stream: projected, times in milliseconds, and the malformed flag."""
-    raw = stream.read_stream(spark, read_table(spark, source.table).schema)
-    if CORRUPT in raw.columns:  # a line the source could not read whole: all null, flagged
-        raw = raw.select(*[F.when(F.col(CORRUPT).isNull(), F.col(quote(column))).alias(column)
-                           for column in raw.columns if column != CORRUPT],
-                         F.col(CORRUPT).isNotNull().alias(_BAD))
-    else:
-        raw = raw.withColumn(_BAD, F.lit(False))
+    raw = flag_malformed(stream.read_stream(spark, read_table(spark, source.table).schema))
     frame = project(raw, source, field, keep=[_BAD], exempt=_BAD)
     return timed_input(with_time(spark, frame, source, field), source, field)
 
@@ -301,11 +324,12 @@ def stream_join(join: IntervalJoin, spark: SparkSession,
                 until_idle: bool = False) -> JoinStream:
     """Start a streaming query that writes the join's rows to Parquet under ``output``.
 
-    Promise: with no row late, ``output`` ends holding exactly the batch join's rows
-    (:func:`read_join_output`); a query killed at any point and restarted from
-    ``checkpoint`` writes exactly what an uninterrupted one writes. Cost per micro-batch:
-    one shuffle of the batch's rows by key; per key with rows or a due timer, O(b) to
-    restore and save its b buffered rows, plus the join processor's work.
+    Promise: with no row late, once the watermark has passed every row's bound, ``output``
+    holds exactly the batch join's rows (:func:`read_join_output`; the newest rows, whose
+    bound it has not passed, wait in the state); a query killed at any point and restarted
+    from ``checkpoint`` writes exactly what an uninterrupted one writes. Cost per
+    micro-batch: one shuffle of the batch's rows by key group; per group with rows or a due
+    timer, O(b) to restore and save its b buffered rows, plus the join processor's work.
 
     Args:
         join: the definition; its inputs are event sources (a chain runs in batch).
@@ -324,26 +348,29 @@ def stream_join(join: IntervalJoin, spark: SparkSession,
               .option("checkpointLocation", checkpoint).outputMode("append"))
     writer = (writer.trigger(availableNow=True) if until_idle else
               writer.trigger(processingTime=f"{round(trigger_seconds * 1000)} milliseconds"))
-    return JoinStream(join, spark, output, start_with_state_store(spark, writer.start),
+    return JoinStream(join, spark, output, start_stateful(spark, writer.start),
                       rows.schema)
 
 
-def start_with_state_store(spark: SparkSession, start: Callable[[], StreamingQuery],
-                           ) -> StreamingQuery:
-    """Call ``start()`` with RocksDB as the session's state store, then restore the setting.
+def start_stateful(spark: SparkSession, start: Callable[[], StreamingQuery]) -> StreamingQuery:
+    """Call ``start()`` with the settings the join's query needs, then restore the session's.
 
-    ``transformWithState`` needs RocksDB; a query copies the session's settings when it
-    starts (and keeps them in its checkpoint), so the user's other queries are untouched.
+    RocksDB as the state store (``transformWithState`` needs it), and the least of the
+    inputs' watermarks as the query's (Spark's default ``min`` policy, which the join's
+    soundness rests on). A query copies the session's settings when it starts and keeps
+    them in its checkpoint, so the user's other queries are untouched.
     """
-    previous = spark.conf.get(_PROVIDER, None)
-    spark.conf.set(_PROVIDER, ROCKSDB)
+    previous: dict[str, str | None] = {name: spark.conf.get(name, None) for name in _SETTINGS}
+    for name, value in _SETTINGS.items():
+        spark.conf.set(name, value)
     try:
         return start()
     finally:
-        if previous is None:
-            spark.conf.unset(_PROVIDER)
-        else:
-            spark.conf.set(_PROVIDER, previous)
+        for name, before in previous.items():
+            if before is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, before)
 
 
 def read_join_output(spark: SparkSession, output: str, kind: str = JOINED,

@@ -69,8 +69,8 @@ from timetile.store.entity_records import ROW_TIME, MutationWriter
 from timetile.store.kv import KVStore, absolute_uri, open_store, redacted_uri
 from timetile.store.layout import GroupByMeta, feature_signature
 from timetile.store.tiles import StreamWriter, TileWriter, read_meta
-from timetile.streaming.file_source import CORRUPT
-from timetile.streaming.interval_join import JOINED, KIND, joined_stream, start_with_state_store
+from timetile.streaming.file_source import CORRUPT, MALFORMED, flag_malformed
+from timetile.streaming.interval_join import JOINED, KIND, joined_stream, start_stateful
 from timetile.streaming.sources import StreamSource, lateness_ms, parse_source
 from timetile.streaming.state import (
     StreamCounts,
@@ -326,12 +326,6 @@ def stream_writer(group_by: GroupBy, meta: GroupByMeta) -> StreamWriter:
 _KEY_READINGS = frozenset({*((kind, kind) for kind in ("int", "string", "bool", "float")),
                            ("int", "string"), ("int", "float")})
 
-#: True on the rows of a line the source could not read whole (see ``events_frame``).
-MALFORMED = "_tt_malformed"
-
-#: The furthest instant from the epoch, in milliseconds, that Spark's timestamps (int64
-#: microseconds) hold, rounded in to a whole millisecond.
-
 
 def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: GroupByMeta,
                  *, lateness_ms: int = 0, field: str = "group_by",
@@ -355,9 +349,7 @@ def events_frame(group_by: GroupBy, spark: SparkSession, raw: DataFrame, meta: G
     exempt = None
     if CORRUPT in raw.columns:  # a line the source could not read whole: all null, unusable
         exempt = MALFORMED  # and past the source's where, so that it is counted
-        raw = raw.select(*[F.when(F.col(CORRUPT).isNull(), F.col(quote(column))).alias(column)
-                           for column in raw.columns if column != CORRUPT],
-                         F.col(CORRUPT).isNotNull().alias(MALFORMED))
+        raw = flag_malformed(raw)
     if isinstance(source, EntitySource):
         rows = _nulled_where_malformed(
             mutation_rows(raw, source, f"{field}.source", meta.row_columns, exempt))
@@ -483,6 +475,11 @@ def stream_group_by(
     store_uri = absolute_uri(store_uri)  # the executors' folder may not be the driver's
     with open_store(store_uri) as store:
         meta = read_meta(store, group_by)  # fail before Spark starts anything
+    if isinstance(join, IntervalJoin) and schema is not None:
+        raise DefinitionError.single(
+            f"GroupBy {group_by.name!r}", "schema", f"is given, and the GroupBy reads "
+            f"{join.label}, whose inputs are read with their tables' schemas",
+            "leave schema out; cast a column in its input source's select")
     if isinstance(join, IntervalJoin):
         raw, described = _joined(spark, group_by, join, source, allowed=allowed, field=field)
     else:
@@ -501,16 +498,15 @@ def stream_group_by(
                               error.problems) from None
     # a join lets a row out up to its widest bound behind its inputs' watermark: the tiles'
     # watermark trails by that much more, so such rows are written, not counted behind it
-    trailing = max((bound.postpone for bound in join.parsed.bounds), default=0) \
-        if isinstance(join, IntervalJoin) else 0
-    handle = TileStream(group_by, store_uri, allowed + max(trailing, 0), on_batch)
+    trailing = join.parsed.widest_bound() if isinstance(join, IntervalJoin) else 0
+    handle = TileStream(group_by, store_uri, allowed + trailing, on_batch)
     writer = (frame.writeStream.queryName(f"timetile_stream_{group_by.name}")
               .option("checkpointLocation", checkpoint).foreachBatch(handle.foreach_batch))
     if until_idle:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{round(trigger_seconds * 1000)} milliseconds")
-    handle.query = (start_with_state_store(spark, writer.start) if isinstance(join, IntervalJoin)
+    handle.query = (start_stateful(spark, writer.start) if isinstance(join, IntervalJoin)
                     else writer.start())
     log.info("streaming %s from %s into %s (lateness %s ms, checkpoint %s)", group_by.name,
              described, redacted_uri(store_uri), allowed, checkpoint)
@@ -521,8 +517,8 @@ def _joined(spark: SparkSession, group_by: GroupBy, join: IntervalJoin, sources:
             allowed: int, field: str) -> tuple[DataFrame, str]:
     """Return the rows of the streaming join a GroupBy reads, and their sources described.
 
-    The join's late and malformed rows come with every column null, so the tile writer
-    counts them as unusable, never dropped silently.
+    The join's late and malformed rows come as lines the source could not read, so the tile
+    writer counts them as unusable, never dropped silently.
     """
     if not isinstance(sources, Mapping):
         raise DefinitionError.single(
@@ -531,8 +527,9 @@ def _joined(spark: SparkSession, group_by: GroupBy, join: IntervalJoin, sources:
             "'right': 'dir:landing/right'}")
     rows = joined_stream(spark, join, sources, lateness_ms=allowed,
                          field=f"{field}.source.table")
-    joined = F.col(KIND) == JOINED
     described = ", ".join(f"{side} {s if isinstance(s, str) else s.describe()}"
                           for side, s in sources.items())
-    return rows.select(*[F.when(joined, F.col(quote(column))).alias(column)
-                         for column in rows.columns if column != KIND]), described
+    # a late or malformed row of the join is read as a line the source could not read: past
+    # the GroupBy source's where and select with every column null, counted as unusable
+    return rows.select(*[F.col(quote(column)) for column in rows.columns if column != KIND],
+                       F.when(F.col(KIND) != JOINED, F.col(KIND)).alias(CORRUPT)), described

@@ -118,6 +118,13 @@ class JoinCondition:
         return [(bound.later, bound.postpone) for bound in self.bounds
                 if bound.later[0] == alias]
 
+    def widest_bound(self) -> int:
+        """Return the largest postpone time: how far behind a watermark a row may still join.
+
+        0 when every bound is tighter (or there is none).
+        """
+        return max([0, *(bound.postpone for bound in self.bounds)])
+
     def bounded(self, alias: str) -> list[Field]:
         """Return the fields of input ``alias`` that some bound can move rows out by."""
         return sorted({bound.later for bound in self.bounds if bound.later[0] == alias})

@@ -192,12 +192,10 @@ class IntervalJoinProcessor:
         ``w = row[x] + c + 1``. None when nothing is buffered. An engine with one watermark
         for every field (Spark's) sets its timer here. O(B) for the B buffered rows.
         """
-        least: dict[Field, int] = {}
-        for bound in self.spec.condition.bounds:
-            least[bound.later] = min(least.get(bound.later, bound.postpone), bound.postpone)
-        times = [entry.row[later[1]] + least[later] + 1
-                 for alias in (LEFT, RIGHT) for entries in self._state.buffers[alias].values()
-                 for entry in entries for later in self._bounded[alias]]
+        times = [entry.row[later[1]] + c + 1
+                 for alias in (LEFT, RIGHT)
+                 for entries in self._state.buffers[alias].values() for entry in entries
+                 for later, c in self.spec.condition.settled_after(alias)]
         return min(times) if times else None
 
     def row(self, alias: str, row: Row) -> list[Output]:
