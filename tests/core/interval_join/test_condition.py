@@ -102,3 +102,20 @@ def test_unknown_columns_are_refused_when_the_columns_are_known() -> None:
                                              r"\['k', 't'\]"):
         parse_condition("l.t = r.t AND l.amount > 1", TIMES,
                         columns={"l": ["k", "t"], "r": ["k", "t"]})
+
+
+@pytest.mark.parametrize(("text", "exact"), [
+    ("r.t BETWEEN l.t AND l.t + INTERVAL 1 HOUR", True),
+    ("l.t = r.t AND l.v > 2", True),  # a one-input conjunct is the input's own filter
+    ("r.t >= l.t AND r.t < l.t + 10", False),  # strict: the bound is not the whole conjunct
+    ("l.t BETWEEN r.t - 4 AND r.t + 4 AND l.v + r.v <> 7", False),
+])
+def test_joins_answers_as_matches_sooner_when_the_bounds_are_the_condition(
+        text: str, exact: bool) -> None:
+    parsed = parse_condition(text, TIMES)
+    assert parsed.exact is exact
+    pairs = [({"t": lt, "v": lv}, {"t": rt, "v": rv}) for lt in (0, 5, None)
+             for rt in (-4, 0, 3, 4, 9, 10, 11, None) for lv in (3, 4) for rv in (3, 4, None)]
+    for left, right in pairs:
+        if parsed.keeps("l", left) and parsed.keeps("r", right):
+            assert parsed.joins(left, right) == parsed.matches(left, right), (left, right)

@@ -90,6 +90,8 @@ class JoinCondition:
         filters: per alias, the conjuncts on that input alone (SQL), ANDed.
         matches: the whole condition on a (left row, right row) pair; rows map column →
             value, times in epoch milliseconds.
+        exact: every conjunct across the inputs is a non-strict time bound, so the bounds
+            are the whole condition on rows that pass their inputs' own conjuncts.
 
     """
 
@@ -99,6 +101,21 @@ class JoinCondition:
     filters: Mapping[str, tuple[str, ...]]
     matches: Predicate = field(compare=False, repr=False)
     _filter_predicates: Mapping[str, Callable[[Row], bool]] = field(compare=False, repr=False)
+    exact: bool = field(default=False, compare=False)
+
+    def joins(self, l_row: Row, r_row: Row) -> bool:
+        """Tell whether a pair of rows that each pass :meth:`keeps` satisfies the condition.
+
+        The same answer as :attr:`matches` for such rows, sooner: the time bounds are
+        checked first (most pairs a buffer holds fail one), and when the condition is
+        :attr:`exact` they are the whole answer. O(bounds), or the predicate's cost.
+        """
+        for bound in self.bounds:
+            later = (l_row if bound.later[0] == LEFT else r_row).get(bound.later[1])
+            earlier = (l_row if bound.earlier[0] == LEFT else r_row).get(bound.earlier[1])
+            if later is None or earlier is None or later < earlier - bound.postpone:
+                return False  # that bound's conjunct is null or false: so is the condition
+        return self.exact or self.matches(l_row, r_row)
 
     def keeps(self, alias: str, row: Row) -> bool:
         """Tell whether a row of input ``alias`` passes that input's own conjuncts."""
@@ -164,6 +181,7 @@ def parse_condition(text: str, time_fields: Mapping[str, Sequence[str]],
             _check_column(column, conjunct, known, columns is not None)
     bounds: dict[tuple[Field, Field], int] = {}
     missed: list[str] = []  # conjuncts across the inputs that bound nothing, for the message
+    exact = True  # so far, every conjunct across the inputs is a non-strict bound
     filters: dict[str, list[str]] = {LEFT: [], RIGHT: []}
     for conjunct in conjuncts:
         aliases = {column.table for column in conjunct.find_all(exp.Column)}
@@ -172,6 +190,7 @@ def parse_condition(text: str, time_fields: Mapping[str, Sequence[str]],
             continue
         for part in _halves(conjunct):
             found = _bounds_of(part, times)
+            exact = exact and found is not None and not isinstance(part, (exp.GT, exp.LT))
             if found is None:
                 if any((c.table, c.name) in times for c in part.find_all(exp.Column)):
                     missed.append(part.sql(dialect="spark"))
@@ -198,7 +217,7 @@ def parse_condition(text: str, time_fields: Mapping[str, Sequence[str]],
         text, in_ms.sql(dialect="spark"), tuple(TimeBound(later, earlier, postpone)
                     for (later, earlier), postpone in sorted(bounds.items())),
         {alias: tuple(clauses) for alias, clauses in filters.items()},
-        _compile_pair(tree), predicates)
+        _compile_pair(tree), predicates, exact)
 
 
 def _listed(names: Sequence[str] | None) -> str:

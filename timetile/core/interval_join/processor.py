@@ -221,7 +221,7 @@ class IntervalJoinProcessor:
             other = RIGHT if alias == LEFT else LEFT
             for buffered in state.buffers[other].get(key, ()):
                 pair = (row, buffered.row) if alias == LEFT else (buffered.row, row)
-                if self.spec.condition.matches(*pair):
+                if self.spec.condition.joins(*pair):
                     entry.used = buffered.used = True
                     out.append(Joined(*pair))
             if self._waits(alias, row):
