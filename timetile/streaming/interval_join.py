@@ -18,7 +18,7 @@ with an event-time timeout Spark drops rows at or below the watermark before the
 sees them (measured: such a row vanished with no count); ``transformWithState`` runs on a
 column stripped of the watermark, so every row reaches the processor. It needs the RocksDB
 state store (set for the query when it starts, :func:`start_stateful`) and starts a Python
-process on the driver to plan each query: 2-3 s per query start here.
+process on the driver to plan each query, seconds per query start (docs/interval_joins.md).
 
 Watermarks. Spark keeps one watermark per query: each input declares its own (the least of
 its time fields, less the allowed lateness) and the query's is the least of the two. Every
@@ -79,9 +79,9 @@ _STRUCT = {LEFT: "_tt_l", RIGHT: "_tt_r"}
 _BUCKET = "_tt_bucket"
 #: How many groups of keys the join keeps state for: each group's keys share one processor,
 #: one state value and one timer, so a micro-batch makes a few round trips to Spark's state
-#: server per group it touches, not per key (4,096 groups took 1.7 times as long as 256 on
-#: benchmarks/stream_join.py; 64 no less than 256). A key lies in one group: a hot key is one
-#: group. Fixed, not taken from the session: a checkpoint's state is laid out by it.
+#: server per group it touches, not per key (the measured choice is in
+#: docs/interval_joins.md). A key lies in one group: a hot key is one group. Fixed, not taken
+#: from the session: a checkpoint's state is laid out by it.
 KEY_GROUPS = 256
 #: A key's state: its processor's snapshot, and the event time of its one timer.
 _STATE = StructType([StructField("snapshot", BinaryType()), StructField("timer", LongType())])
