@@ -529,7 +529,15 @@ def _joined(spark: SparkSession, group_by: GroupBy, join: IntervalJoin, sources:
                          field=f"{field}.source.table")
     described = ", ".join(f"{side} {s if isinstance(s, str) else s.describe()}"
                           for side, s in sources.items())
-    # a late or malformed row of the join is read as a line the source could not read: past
-    # the GroupBy source's where and select with every column null, counted as unusable
+    return unreadable_unless_joined(rows), described
+
+
+def unreadable_unless_joined(rows: DataFrame) -> DataFrame:
+    """Return a join's output with its late and malformed rows as unreadable lines.
+
+    :data:`~timetile.streaming.file_source.CORRUPT` set on them (their kind), so
+    :func:`events_frame` passes them through the GroupBy source's ``where`` and ``select``
+    with every column null, and the tile writer counts them as unusable. No job runs.
+    """
     return rows.select(*[F.col(quote(column)) for column in rows.columns if column != KIND],
-                       F.when(F.col(KIND) != JOINED, F.col(KIND)).alias(CORRUPT)), described
+                       F.when(F.col(KIND) != JOINED, F.col(KIND)).alias(CORRUPT))
