@@ -83,7 +83,7 @@ _BUCKET = "_tt_bucket"
 #: docs/interval_joins.md). A key lies in one group: a hot key is one group. Fixed, not taken
 #: from the session: a checkpoint's state is laid out by it.
 KEY_GROUPS = 256
-#: A key's state: its processor's snapshot, and the event time of its one timer.
+#: A group's state: its processor's snapshot, and the event time of its one timer.
 _STATE = StructType([StructField("snapshot", BinaryType()), StructField("timer", LongType())])
 
 
@@ -119,14 +119,14 @@ class KeyJoin(StatefulProcessor):
         self._mark = 0
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Open the key's state; parse the condition once per task."""
+        """Open the group's state; parse the condition once per task."""
         self.handle = handle
         self.state = handle.getValueState("join", _STATE)
         self.spec = self.plan.spec()
 
     def handleInputRows(self, key: Any, rows: Iterator[Row],  # noqa: N802, ARG002
                         timerValues: TimerValues) -> Iterator[Row]:  # noqa: N803
-        """Join the key's rows of this micro-batch; yield the rows out, late ones marked."""
+        """Join the group's rows of this micro-batch; yield the rows out, late ones marked."""
         processor, out = self._restored(timerValues)
         for row in rows:
             alias = row[_SIDE]
@@ -145,7 +145,7 @@ class KeyJoin(StatefulProcessor):
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,  # noqa: N802, N803, ARG002
                            expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803, ARG002
                            ) -> Iterator[Row]:
-        """Give the key's processor the risen watermark; yield the rows it lets out."""
+        """Give the group's processor the risen watermark; yield the rows it lets out."""
         processor, out = self._restored(timerValues, fired=True)
         yield from self._saved(processor, out)
 
@@ -166,7 +166,7 @@ class KeyJoin(StatefulProcessor):
         return processor, [self._joined(item) for item in found if isinstance(item, Joined)]
 
     def _saved(self, processor: IntervalJoinProcessor, out: list[Row]) -> Iterator[Row]:
-        """Save the key's state and move its one timer; each state call is a round trip."""
+        """Save the group's state and move its one timer; each state call is a round trip."""
         due = processor.next_eviction()
         if due is not None:  # above the watermark: Spark would fire (and drop) one at or below
             due = max(due, self._mark + 1)
