@@ -19,9 +19,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 import timetile as tt
-from timetile.core.interval_join import IntervalJoinProcessor, Joined
+from timetile.core.interval_join import Joined
 from timetile.core.interval_join.processor import joined_at
-from timetile.core.interval_join.transcript import read_transcript
+from timetile.core.interval_join.transcript import read_transcript, settled
 from timetile.core.timeutil import HOUR_MS, date_to_ms
 from timetile.offline.upload import upload
 from timetile.online.fetcher import Fetcher
@@ -30,6 +30,7 @@ from timetile.store.kv import open_store
 from timetile.streaming.file_source import land_json_lines
 from timetile.streaming.job import stream_group_by
 from timetile.testing import naive_backfill, random_events, random_queries, same_value, to_spark
+from timetile.testing.interval_joins import joined_sides, transcript_join
 
 pytestmark = pytest.mark.spark
 
@@ -49,46 +50,14 @@ def _canonical(left: dict[str, Any] | None, right: dict[str, Any] | None) -> str
                          ids=lambda path: path.stem)
 def test_a_transcript_through_the_batch_join(spark: SparkSession, path: Path) -> None:
     transcript = read_transcript(path)
-    spec = transcript.spec
-    processor = IntervalJoinProcessor(spec)
-    kept: dict[str, list[dict[str, Any]]] = {"l": [], "r": []}
-    streamed: Counter[str] = Counter()
-    for step in transcript.steps:
-        if step.kind == "row":
-            late = processor.counts.late
-            outputs = processor.row(step.alias, step.row)
-            if processor.counts.late == late:
-                kept[step.alias].append(step.row)
-        elif step.kind == "watermark":
-            outputs = processor.watermark(step.time_field, step.value)
-        else:
-            continue
-        streamed.update(_canonical(o.left, o.right) for o in outputs if isinstance(o, Joined))
-    for time_field in spec.fields:
-        streamed.update(_canonical(o.left, o.right)
-                        for o in processor.watermark(time_field, 10**12)
-                        if isinstance(o, Joined))
-    columns = {alias: sorted({c for row in kept[alias] for c in row} | set(
-        spec.time_fields[alias]) | {key[i] for key in spec.keys for i in (0, 1)
-                                     if (i == 0) == (alias == "l")} | {"_k"})
-               for alias in ("l", "r")}
-    frames = {alias: spark.createDataFrame(
-        [tuple({**row, "_k": 1}.get(c) for c in columns[alias]) for row in kept[alias]],
-        ", ".join(f"`{c}` {'string' if c == 'name' else 'bigint'}" for c in columns[alias]))
-        for alias in ("l", "r")}
-    join = tt.IntervalJoin(
-        path.stem, tt.EventSource(frames["l"], time_column=spec.time_fields["l"][0]),
-        tt.EventSource(frames["r"], time_column=spec.time_fields["r"][0]),
-        on=[*spec.keys, "_k"], condition=spec.condition.text, how=spec.how)
+    kept, outputs = settled(transcript, 10**12)
+    streamed = Counter(_canonical(o.left, o.right) for o in outputs)
+    join = transcript_join(spark, transcript, kept)
     batch: Counter[str] = Counter()
     for row in joined_rows(spark, join).collect():
-        sides = []
-        for prefix in join.prefixes:
-            values = {k[len(prefix):]: v for k, v in row.asDict().items()
-                      if k.startswith(prefix) and k != f"{prefix}_k"}
-            sides.append(None if row[f"{prefix}_k"] is None else values)
+        sides = joined_sides(join, row)
         batch[_canonical(*sides)] += 1
-        assert row["joined_at"] == joined_at(spec, Joined(*sides)), (path.stem, row)
+        assert row["joined_at"] == joined_at(transcript.spec, Joined(*sides)), (path.stem, row)
     assert batch == streamed, path.stem
 
 
@@ -210,18 +179,23 @@ def test_a_chain_of_three_streams(spark: SparkSession) -> None:
                            (2, 200, None, None, 203, None, None, None)], key=repr)
 
 
-def test_an_upload_of_a_join_serves_what_the_backfill_computes(
-        spark: SparkSession, orders_and_deliveries: tuple[Any, Any, pa.Table],
-        tmp_path: Path) -> None:
-    orders, deliveries, _ = orders_and_deliveries
-    delivered = tt.GroupBy(
+def _delivered(orders: Any, deliveries: Any, windows: list[str]) -> tt.GroupBy:
+    """A GroupBy over each order with its deliveries in the 6 hours after it (a left join)."""
+    return tt.GroupBy(
         "delivered", tt.IntervalJoin(
             "delivered", tt.EventSource(orders, time_column="order_time"),
             tt.EventSource(deliveries, time_column="delivery_time"), on=["order_id"],
             condition="r.delivery_time BETWEEN l.order_time AND l.order_time + INTERVAL 6 HOURS",
             how="left"), ["l_order_id"],
-        [tt.Aggregation("r_fee", "sum", windows=["1d"]), tt.Aggregation("r_fee", "count"),
+        [tt.Aggregation("r_fee", "sum", windows=windows), tt.Aggregation("r_fee", "count"),
          tt.Aggregation("l_amount", "last_k", k=3)])
+
+
+def test_an_upload_of_a_join_serves_what_the_backfill_computes(
+        spark: SparkSession, orders_and_deliveries: tuple[Any, Any, pa.Table],
+        tmp_path: Path) -> None:
+    orders, deliveries, _ = orders_and_deliveries
+    delivered = _delivered(orders, deliveries, ["1d"])
     at = date_to_ms("2024-01-02")
     keys = list(range(1, 21))
     queries = spark.createDataFrame([(key, at) for key in keys], "l_order_id bigint, ts bigint")
@@ -241,14 +215,7 @@ def test_a_stream_of_a_join_serves_what_the_backfill_computes(
         spark: SparkSession, orders_and_deliveries: tuple[Any, Any, pa.Table],
         tmp_path: Path) -> None:
     orders, deliveries, _ = orders_and_deliveries
-    delivered = tt.GroupBy(
-        "delivered", tt.IntervalJoin(
-            "delivered", tt.EventSource(orders, time_column="order_time"),
-            tt.EventSource(deliveries, time_column="delivery_time"), on=["order_id"],
-            condition="r.delivery_time BETWEEN l.order_time AND l.order_time + INTERVAL 6 HOURS",
-            how="left"), ["l_order_id"],
-        [tt.Aggregation("r_fee", "sum", windows=["1h", "1d"]), tt.Aggregation("r_fee", "count"),
-         tt.Aggregation("l_amount", "last_k", k=3)])
+    delivered = _delivered(orders, deliveries, ["1h", "1d"])
     # day 1 uploaded; both inputs streamed whole, in time order, twelve files each: the
     # stream writes the joined rows after the upload's day end, settled ones by the watermark
     store_uri = f"lmdb://{tmp_path / 'store'}"

@@ -16,14 +16,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 import timetile as tt
-from timetile.core.interval_join import IntervalJoinProcessor, Joined
+from timetile.core.interval_join import Joined
 from timetile.core.interval_join.processor import joined_at
-from timetile.core.interval_join.transcript import read_transcript
+from timetile.core.interval_join.transcript import read_transcript, settled
 from timetile.spark.sources import TIME
 from timetile.store.layout import GroupByMeta
 from timetile.streaming.file_source import land_json_lines
 from timetile.streaming.interval_join import stream_join
 from timetile.streaming.job import events_frame, unreadable_unless_joined
+from timetile.testing.interval_joins import MARK, joined_sides, transcript_join
 
 pytestmark = pytest.mark.spark
 
@@ -40,16 +41,6 @@ def _canonical(left: dict[str, Any] | None, right: dict[str, Any] | None) -> str
     return repr((left and sorted(left.items()), right and sorted(right.items())))
 
 
-def _sides(join: tt.IntervalJoin, row: Any) -> list[dict[str, Any] | None]:
-    """Split an output row into its inputs' rows (None for a padded side), unprefixed."""
-    sides: list[dict[str, Any] | None] = []
-    for prefix in join.prefixes:
-        values = {k[len(prefix):]: v for k, v in row.asDict().items()
-                  if k.startswith(prefix) and k != f"{prefix}_k"}
-        sides.append(None if row[f"{prefix}_k"] is None else values)
-    return sides
-
-
 def _land(folder: Path, files: dict[str, list[list[dict[str, Any]]]]) -> dict[str, str]:
     """Land each input's files; return the stream sources that read one file per micro-batch."""
     for side, chunks in files.items():
@@ -59,45 +50,20 @@ def _land(folder: Path, files: dict[str, list[list[dict[str, Any]]]]) -> dict[st
 
 
 def _transcript_join(spark: SparkSession, path: Path) -> tuple[Any, tt.IntervalJoin, Any]:
-    """Return the transcript, its join over empty tables, and what the processor writes.
+    """Return the transcript, its join over empty tables, its files and what it must write.
 
-    What it writes: its joined and null-padded rows once watermarks past every time flush
-    its buffers, with the rows it dropped as late left out of the input.
+    What it must write: the processor's joined and null-padded rows once watermarks past
+    every time flush its buffers, with the rows it dropped as late left out of the input.
     """
     transcript = read_transcript(path)
     spec = transcript.spec
-    processor = IntervalJoinProcessor(spec)
-    kept: dict[str, list[dict[str, Any]]] = {"l": [], "r": []}
-    expected: Counter[str] = Counter()
-    for step in transcript.steps:
-        if step.kind == "row":
-            late = processor.counts.late
-            outputs = processor.row(step.alias, step.row)
-            if processor.counts.late == late:
-                kept[step.alias].append(step.row)
-        elif step.kind == "watermark":
-            outputs = processor.watermark(step.time_field, step.value)
-        else:
-            continue
-        expected.update(_canonical(o.left, o.right) for o in outputs if isinstance(o, Joined))
-    for time_field in spec.fields:
-        expected.update(_canonical(o.left, o.right) for o in processor.watermark(time_field, FAR)
-                        if isinstance(o, Joined))
-    columns = {alias: sorted({c for row in kept[alias] for c in row} | set(
-        spec.time_fields[alias]) | {key[i] for key in spec.keys for i in (0, 1)
-                                     if (i == 0) == (alias == "l")} | {"_k"})
-               for alias in ("l", "r")}
-    tables = {alias: spark.createDataFrame([], ", ".join(
-        f"`{c}` {'string' if c == 'name' else 'bigint'}" for c in columns[alias]))
-        for alias in ("l", "r")}
-    join = tt.IntervalJoin(
-        path.stem, tt.EventSource(tables["l"], time_column=spec.time_fields["l"][0]),
-        tt.EventSource(tables["r"], time_column=spec.time_fields["r"][0]),
-        on=[*spec.keys, "_k"], condition=spec.condition.text, how=spec.how)
+    kept, outputs = settled(transcript, FAR)
+    expected = Counter(_canonical(o.left, o.right) for o in outputs)
+    join = transcript_join(spark, transcript, kept, filled=False)
     # the transcript's rows in one file per input, then a row far ahead on each: the
     # watermark passes every bound, so the buffers flush as the processor's did
-    files = {side: [[{**row, "_k": 1} for row in kept[alias]],
-                    [{spec.time_fields[alias][0]: FAR, "_k": 2}]]
+    files = {side: [[{**row, MARK: 1} for row in kept[alias]],
+                    [{spec.time_fields[alias][0]: FAR, MARK: 2}]]
              for side, alias in (("left", "l"), ("right", "r"))}
     return transcript, join, (files, expected)
 
@@ -130,7 +96,7 @@ def test_a_transcript_through_the_streaming_join(
     transcript, join, expected, rows = streamed_transcripts[path.stem]
     streamed: Counter[str] = Counter()
     for row in rows:
-        sides = _sides(join, row)
+        sides = joined_sides(join, row)
         streamed[_canonical(*sides)] += 1
         assert row["joined_at"] == joined_at(transcript.spec, Joined(*sides)), (path.stem, row)
     assert streamed == expected, path.stem

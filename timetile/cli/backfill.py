@@ -58,7 +58,8 @@ class OutputFormat(str, Enum):
     csv = "csv"
 
 
-def _check_output(output: str, overwrite: bool) -> None:
+def check_output(output: str, overwrite: bool) -> None:
+    """Refuse an empty ``--output``, or one that exists without ``--overwrite``."""
     if not output.strip():
         raise CliError("--output is empty. Fix: give a folder path or URI.")
     path = local_path(output)
@@ -186,7 +187,7 @@ def backfill(
             raise CliError(f"--partials works with the tiled executor, not {executor}. Fix: "
                            "use --executor tiled (or auto, which then picks it), or leave out "
                            "--partials.")
-        _check_output(output, overwrite)
+        check_output(output, overwrite)
         if partials is not None and not partials.strip():
             raise CliError("--partials is empty. Fix: give a folder path or URI, or leave out "
                            "--partials.")

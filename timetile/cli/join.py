@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from timetile.api.interval_join import IntervalJoin
+from timetile.cli.backfill import check_output
 from timetile.cli.common import (
     CliError,
     Debug,
@@ -28,8 +29,7 @@ from timetile.cli.common import (
 )
 from timetile.cli.progress import JobProgress
 from timetile.cli.render import print_rows
-from timetile.cli.stream import check_landing_folder, stream_failure
-from timetile.core.locations import local_path
+from timetile.cli.stream import await_stream, check_landing_folder, parsed_source
 
 MISMATCH_EXIT = 1
 
@@ -165,11 +165,7 @@ def run(
         from timetile.spark.sources import literal_path  # noqa: PLC0415
 
         join = _pick(defs, name)
-        folder = local_path(output)
-        if not overwrite and folder is not None and folder.exists():
-            raise CliError(f"The output {output} already exists. Fix: add --overwrite to "
-                           "replace it, or choose another folder.")
-        check_writable("--output", output)
+        check_output(output, overwrite)
         with JobProgress(None, out) as progress, spark_session(progress) as spark:
             with progress.stage("join+write"):
                 (joined_rows(spark, join).write.mode("overwrite" if overwrite else
@@ -207,19 +203,17 @@ def stream(
     """Stream an IntervalJoin's rows to Parquet with the streaming join (restartable)."""
     out = console()
     with user_errors(debug):
-        from pyspark.errors import StreamingQueryException  # noqa: PLC0415  (Spark job)
-
         from timetile.streaming.interval_join import (  # noqa: PLC0415
             JOINED,
             LATE,
             MALFORMED,
             stream_join,
         )
-        from timetile.streaming.sources import lateness_ms, parse_source  # noqa: PLC0415
+        from timetile.streaming.sources import lateness_ms  # noqa: PLC0415
 
         join = _pick(defs, name)
-        sources = {"left": _source(parse_source, "left", left),
-                   "right": _source(parse_source, "right", right)}
+        sources = {"left": parsed_source(left, "--left"),
+                   "right": parsed_source(right, "--right")}
         try:
             allowed = lateness_ms(lateness)
         except ValueError as error:
@@ -234,24 +228,12 @@ def stream(
                                   trigger_seconds=trigger_seconds, until_idle=until_idle)
             out.print(f"streaming {join.label} from {left} and {right} into {output}",
                       markup=False, highlight=False)
-            try:
-                running.await_termination()
-            except KeyboardInterrupt:
-                running.stop()
-            except StreamingQueryException as error:
-                raise CliError(stream_failure(error)) from None
+            await_stream(running)
             joined, late, malformed = (running.read(kind).count()
                                        for kind in (JOINED, LATE, MALFORMED))
         out.print(f"{join.label}: {joined:,} rows written, {late:,} late rows and "
                   f"{malformed:,} malformed lines set aside (totals of this output)",
                   markup=False, highlight=False)
-
-
-def _source(parse: Any, side: str, uri: str) -> Any:
-    try:
-        return parse(uri)
-    except ValueError as error:
-        raise CliError(f"--{side}: {error}.") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -84,8 +84,6 @@ def stream(
     """
     out = console()
     with user_errors(debug):
-        from pyspark.errors import StreamingQueryException  # noqa: PLC0415  (Spark job)
-
         from timetile.streaming.job import stream_group_by  # noqa: PLC0415
         from timetile.streaming.sources import lateness_ms  # noqa: PLC0415
 
@@ -102,14 +100,14 @@ def stream(
                 raise CliError(f"--source: {group_by} reads {join.label}, which streams from "
                                "two sources. Fix: give one per input: --source left=URI "
                                "--source right=URI.")
-            sources: dict[str, Any] = {side: _parsed(uri, f"--source {side}=")
+            sources: dict[str, Any] = {side: parsed_source(uri, f"--source {side}=")
                                        for side, uri in sides.items()}
             parsed = None
         elif len(source) != 1:
             raise CliError(f"--source: {group_by} reads one stream, and {len(source)} sources "
                            "were given. Fix: give one --source.")
         else:
-            parsed = _parsed(source[0], "--source")
+            parsed = parsed_source(source[0], "--source")
             sources, sides = {}, {}
         try:
             allowed = lateness_ms(lateness)
@@ -140,12 +138,7 @@ def stream(
             out.print(f"streaming {group_by} from {described} into "
                       f"{redacted_uri(store)}",
                       markup=False, highlight=False)
-            try:
-                running.await_termination()
-            except KeyboardInterrupt:
-                running.stop()
-            except StreamingQueryException as error:
-                raise CliError(stream_failure(error)) from None
+            await_stream(running)
         totals = running.totals
         out.print(f"{group_by}: {len(running.batches)} micro-batches in this run; "
                   f"{totals.written:,} events written, {totals.late:,} late, "
@@ -160,6 +153,23 @@ _UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE\.?(\w*)\] (.+?)(?: SQLSTATE: 
                               re.MULTILINE)
 
 
+def await_stream(running: Any) -> None:
+    """Wait for a running stream (a TileStream or a JoinStream) to end; Ctrl-C stops it.
+
+    Raises:
+        CliError: the query failed, with its reason (:func:`stream_failure`).
+
+    """
+    from pyspark.errors import StreamingQueryException  # noqa: PLC0415  (loads PySpark)
+
+    try:
+        running.await_termination()
+    except KeyboardInterrupt:
+        running.stop()
+    except StreamingQueryException as error:
+        raise CliError(stream_failure(error)) from None
+
+
 def check_landing_folder(option: str, source: Any) -> None:
     """Refuse a file source whose folder does not exist (a mistyped path would wait forever)."""
     from timetile.streaming.file_source import FileSource  # noqa: PLC0415  (loads PySpark)
@@ -171,7 +181,7 @@ def check_landing_folder(option: str, source: Any) -> None:
                        "Fix: check the path, or create the folder first.")
 
 
-def _parsed(uri: str, option: str) -> Any:
+def parsed_source(uri: str, option: str) -> Any:
     """Return the stream source of a URI; a bad one is a :class:`CliError` naming ``option``."""
     from timetile.streaming.sources import parse_source  # noqa: PLC0415  (loads PySpark)
 

@@ -221,6 +221,31 @@ def replay(transcript: Transcript, restarts: Iterable[int] = ()) -> list[list[Ou
     return produced
 
 
+def settled(transcript: Transcript, end: int) -> tuple[dict[str, list[dict[str, Any]]],
+                                                     list[Joined]]:
+    """Replay the transcript's rows and watermarks, then raise every field's watermark to ``end``.
+
+    Returns the rows the processor did not drop as late, per input (``l``, ``r``), and every
+    joined and null-padded row it let out: what a join of those rows alone gives once no row
+    can still match (the batch join; the streaming join once its watermark passes ``end``).
+    O(steps) processor calls.
+    """
+    processor = IntervalJoinProcessor(transcript.spec)
+    kept: dict[str, list[dict[str, Any]]] = {LEFT: [], RIGHT: []}
+    outputs: list[Output] = []
+    for step in transcript.steps:
+        if step.kind == "row":
+            late = processor.counts.late
+            outputs += processor.row(step.alias, step.row)
+            if processor.counts.late == late:
+                kept[step.alias].append(step.row)
+        elif step.kind == "watermark":
+            outputs += processor.watermark(step.time_field, step.value)
+    for time_field in transcript.spec.fields:
+        outputs += processor.watermark(time_field, end)
+    return kept, [output for output in outputs if isinstance(output, Joined)]
+
+
 def check(transcript: Transcript, restarts: Iterable[int] = ()) -> None:
     """Replay the transcript and raise AssertionError at the first step that differs."""
     for step, outputs in zip(transcript.steps, replay(transcript, restarts), strict=True):
